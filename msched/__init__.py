@@ -1,0 +1,36 @@
+"""msched: a reference multi-stream scheduler for torch.fx graphs.
+
+The graph exit depends on the last write of every in-place target, so a capture into a graph
+input is emitted before ``output`` and joined on the caller's stream.  See DESIGN.md.
+"""
+
+from __future__ import annotations
+
+from msched import ops
+from msched.cost import CostModel, DefaultCostModel, RooflineCostModel
+from msched.dag import Dag, build_dag
+from msched.effects import register_mutation, register_side_effect
+from msched.errors import (
+    InvalidArgumentError,
+    InvalidGraphError,
+    MschedError,
+    ScheduleVerificationError,
+)
+from msched.schedule import Schedule, schedule
+
+__all__ = [
+    "CostModel",
+    "Dag",
+    "DefaultCostModel",
+    "InvalidArgumentError",
+    "InvalidGraphError",
+    "MschedError",
+    "RooflineCostModel",
+    "Schedule",
+    "ScheduleVerificationError",
+    "build_dag",
+    "ops",
+    "register_mutation",
+    "register_side_effect",
+    "schedule",
+]

@@ -1,0 +1,145 @@
+"""Cost models: how long a node runs, in arbitrary but consistent units.
+
+`DefaultCostModel` is a table that needs nothing but the op: matmul-like ops 10, MoE-like ops
+20, views / ``getitem`` / symbolic-int nodes 0, everything else 1.  `RooflineCostModel`
+estimates microseconds from ``node.meta["val"]`` (FLOPs against bytes moved) and falls back to
+the table where shapes are missing.  Any object with ``cost(node) -> float`` is a cost model.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch.fx import Node
+
+from msched.effects import _VIEW_NAMES, _op_info
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """Anything that estimates the run time of one node (non-negative, finite)."""
+
+    def cost(self, node: Node) -> float: ...
+
+
+_MOE_WORDS = ("moe", "expert")
+_MATMUL_WORDS = ("mm", "matmul", "linear", "gemm", "attention", "attn", "conv", "einsum")
+_FREE_OPS = ("placeholder", "get_attr", "output")
+
+
+def _op_name(node: Node) -> str:
+    target = node.target
+    if isinstance(target, str):
+        return target.lower()
+    if isinstance(target, torch._ops.OpOverload):
+        return target._schema.name.split("::")[-1].lower()
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return target._qualified_op_name.split("::")[-1].lower()
+    return str(getattr(target, "__name__", target)).lower()
+
+
+def _is_free(node: Node) -> bool:
+    if node.op in _FREE_OPS or node.target is operator.getitem:
+        return True
+    info = _op_info(node)
+    if info is not None and info.view_of_first:
+        return True
+    name = _op_name(node)
+    if name.startswith("sym_") or name in _VIEW_NAMES:
+        return True
+    val = node.meta.get("val")
+    return isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool))
+
+
+def _table_kind(name: str) -> str:
+    if any(w in name for w in _MOE_WORDS):
+        return "moe"
+    if any(w in name for w in _MATMUL_WORDS):
+        return "matmul"
+    return "other"
+
+
+class DefaultCostModel:
+    """The table model: matmul-like 10, MoE-like 20, views/getitem/symint 0, else 1."""
+
+    TABLE = {"moe": 20.0, "matmul": 10.0, "other": 1.0}
+
+    def __init__(self) -> None:
+        self._by_target: dict[Any, float] = {}
+
+    def cost(self, node: Node) -> float:
+        if _is_free(node):
+            return 0.0
+        key = (node.op, node.target)
+        value = self._by_target.get(key)
+        if value is None:
+            value = self.TABLE[_table_kind(_op_name(node))]
+            self._by_target[key] = value
+        return value
+
+
+class RooflineCostModel:
+    """Microseconds from shapes: ``max(flops / peak_flops, bytes / bandwidth) + launch``.
+
+    FLOPs are counted for matmul-like ops (``2 * M * N * K`` over the output and the
+    contracted dimension); bytes are the sizes of the tensor inputs and the output.  The
+    defaults are roughly one H100 in bf16; pass your own peak numbers for other parts.  Nodes
+    without ``meta["val"]`` fall back to `DefaultCostModel`.
+    """
+
+    def __init__(
+        self,
+        peak_flops: float = 989e12,
+        bandwidth: float = 3.35e12,
+        launch_us: float = 2.0,
+    ) -> None:
+        self.peak_flops = peak_flops
+        self.bandwidth = bandwidth
+        self.launch_us = launch_us
+        self._fallback = DefaultCostModel()
+
+    def cost(self, node: Node) -> float:
+        if _is_free(node):
+            return 0.0
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            return self._fallback.cost(node)
+        inputs = [_tensor_of(n) for n in node.all_input_nodes]
+        tensors = [t for t in inputs if t is not None]
+        moved = _nbytes(val) + sum(_nbytes(t) for t in tensors)
+        flops = 0.0
+        if _table_kind(_op_name(node)) != "other" and tensors:
+            contracted = _contracted_dim(tensors[0])
+            flops = 2.0 * _numel(val) * contracted
+        seconds = max(flops / self.peak_flops, moved / self.bandwidth)
+        return seconds * 1e6 + self.launch_us
+
+
+def _tensor_of(node: Node) -> torch.Tensor | None:
+    val = node.meta.get("val")
+    return val if isinstance(val, torch.Tensor) else None
+
+
+def _numel(t: torch.Tensor) -> float:
+    return float(math.prod(_static(d) for d in t.shape))
+
+
+def _nbytes(t: torch.Tensor) -> float:
+    return _numel(t) * t.element_size()
+
+
+def _contracted_dim(t: torch.Tensor) -> float:
+    return float(_static(t.shape[-1])) if t.dim() else 1.0
+
+
+def _static(d: Any) -> int:
+    """A concrete size: symbolic sizes use their hint (or 1 when there is none)."""
+    if isinstance(d, int):
+        return d
+    try:
+        return int(d.node.hint) if d.node.hint is not None else 1
+    except AttributeError:
+        return 1

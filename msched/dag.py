@@ -1,0 +1,182 @@
+"""The dependency DAG of an FX graph: data edges plus storage hazards plus exit edges.
+
+Program order of the input graph defines what a mutation means, so every hazard edge points
+from an earlier node to a later one:
+
+- ``data``: an FX input of the node;
+- ``raw``: a read of a storage after its last write;
+- ``war``: a write after the reads since the storage's previous write;
+- ``waw``: a write after the previous write of the same storage;
+- ``exit``: ``output`` after the last write of every written storage, after every
+  side-effecting node without users, and after every other node without users (so that the
+  caller's stream has joined all work the graph issued when it returns).
+
+Side-effecting nodes that write no tensor of the graph (``print``, collectives registered with
+`msched.register_side_effect`) keep their relative order: each is a ``waw`` on a pseudo-storage
+standing for the world outside the graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch.fx import Graph, GraphModule, Node
+
+from msched.effects import Effects, compute_effects
+from msched.errors import InvalidArgumentError, InvalidGraphError
+
+DATA, RAW, WAR, WAW, EXIT = 1, 2, 4, 8, 16
+REASONS: tuple[tuple[int, str], ...] = (
+    (DATA, "data"),
+    (RAW, "raw"),
+    (WAR, "war"),
+    (WAW, "waw"),
+    (EXIT, "exit"),
+)
+
+
+def reason_names(mask: int) -> set[str]:
+    """The reason names in a bit mask of `DATA` | `RAW` | ..."""
+    return {name for bit, name in REASONS if mask & bit}
+
+
+@dataclass(frozen=True)
+class Dag:
+    """Dependencies of every node of one graph, in the graph's program order.
+
+    ``preds[n]`` maps each node ``n`` must wait for to a bit mask of reasons; ``succs[n]``
+    lists the nodes that wait for ``n``.  Use `dependencies` for the readable form.
+    """
+
+    nodes: tuple[Node, ...]
+    index: dict[Node, int]
+    preds: dict[Node, dict[Node, int]]
+    succs: dict[Node, list[Node]]
+    effects: Effects
+    output: Node
+
+    def dependencies(self, node: Node) -> dict[Node, set[str]]:
+        """What ``node`` must wait for: ``{dependency: {"data", "raw", ...}}``."""
+        if node not in self.preds:
+            raise InvalidArgumentError(f"node {node.name!r} is not in this graph")
+        return {dep: reason_names(mask) for dep, mask in self.preds[node].items()}
+
+    def dependents(self, node: Node) -> list[Node]:
+        """The nodes that wait for ``node``."""
+        return list(self.succs[node])
+
+
+def _graph_of(gm: GraphModule | Graph) -> Graph:
+    if isinstance(gm, GraphModule):
+        return gm.graph
+    if isinstance(gm, Graph):
+        return gm
+    raise InvalidArgumentError(
+        f"expected a torch.fx.GraphModule, got {type(gm).__name__}; "
+        "trace your module with torch.fx.symbolic_trace or torch.compile first"
+    )
+
+
+def check_output(graph: Graph) -> Node:
+    """The graph's single ``output`` node, which must be its last node."""
+    outputs = [n for n in graph.nodes if n.op == "output"]
+    if not outputs:
+        raise InvalidGraphError("the graph has no output node; add one with graph.output(...)")
+    if len(outputs) > 1:
+        names = ", ".join(n.name for n in outputs)
+        raise InvalidGraphError(f"the graph has {len(outputs)} output nodes ({names})")
+    out = outputs[0]
+    after = []
+    n = out.next
+    while n.op != "root":
+        after.append(n.name)
+        n = n.next
+    if after:
+        raise InvalidGraphError(
+            f"nodes after output: {', '.join(after)}; they would never run. "
+            "Move them before output (or delete them)"
+        )
+    return out
+
+
+def build_dag(gm: GraphModule | Graph) -> Dag:
+    """Build the `Dag` of ``gm``: data, RAW, WAR, WAW and exit edges with their reasons.
+
+    1. Compute every node's reads and writes (`msched.effects`).
+    2. Walk the nodes in program order, keeping per storage its last write and the reads
+       since; add data edges, then RAW for reads, then WAW and WAR for writes.
+    3. Give ``output`` an exit edge from each storage's last write, each side-effecting node
+       without users and each other node without users.
+    """
+    graph = _graph_of(gm)
+    out = check_output(graph)
+    effects = compute_effects(graph)
+    nodes = tuple(graph.nodes)
+    index = {n: i for i, n in enumerate(nodes)}
+    preds: dict[Node, dict[Node, int]] = {}
+    last_write: dict[Node, Node] = {}
+    reads_since: dict[Node, list[Node]] = {}
+    world: list[Node] = []  # last side effect that writes no graph tensor
+    for node in nodes:
+        deps = dict.fromkeys(node.all_input_nodes, DATA)
+        _add_read_edges(node, effects.reads[node], deps, last_write, reads_since)
+        _add_write_edges(node, effects.writes[node], deps, last_write, reads_since)
+        if node in effects.side_effects and not effects.writes[node] and node is not out:
+            if world:
+                deps[world[0]] = deps.get(world[0], 0) | WAW
+            world[:] = [node]
+        preds[node] = deps
+    _add_exit_edges(out, nodes, preds[out], effects, last_write)
+    succs: dict[Node, list[Node]] = {n: [] for n in nodes}
+    for node in nodes:
+        for dep in preds[node]:
+            succs[dep].append(node)
+    return Dag(nodes, index, preds, succs, effects, out)
+
+
+def _add_read_edges(
+    node: Node,
+    storages: tuple[Node, ...],
+    deps: dict[Node, int],
+    last_write: dict[Node, Node],
+    reads_since: dict[Node, list[Node]],
+) -> None:
+    for storage in storages:
+        writer = last_write.get(storage)
+        if writer is not None and writer is not node:
+            deps[writer] = deps.get(writer, 0) | RAW
+        reads_since.setdefault(storage, []).append(node)
+
+
+def _add_write_edges(
+    node: Node,
+    storages: tuple[Node, ...],
+    deps: dict[Node, int],
+    last_write: dict[Node, Node],
+    reads_since: dict[Node, list[Node]],
+) -> None:
+    for storage in storages:
+        writer = last_write.get(storage)
+        if writer is not None and writer is not node:
+            deps[writer] = deps.get(writer, 0) | WAW
+        for reader in reads_since.get(storage, ()):
+            if reader is not node:
+                deps[reader] = deps.get(reader, 0) | WAR
+        last_write[storage] = node
+        reads_since[storage] = []
+
+
+def _add_exit_edges(
+    out: Node,
+    nodes: tuple[Node, ...],
+    deps: dict[Node, int],
+    effects: Effects,
+    last_write: dict[Node, Node],
+) -> None:
+    for writer in last_write.values():
+        if writer is not out:
+            deps[writer] = deps.get(writer, 0) | EXIT
+    for node in nodes:
+        if node.users or node is out or node.op in ("placeholder", "get_attr"):
+            continue
+        deps[node] = deps.get(node, 0) | EXIT

@@ -1,0 +1,238 @@
+"""Reference decoders with Eagle3-style hidden-state captures, runnable on CPU.
+
+`decoder_stack` builds a synthetic FX decoder stack directly from aten ops and three custom
+ops defined here (all real ``torch.library`` custom ops with fake implementations):
+
+- ``msched::inplace_slice_copy(Tensor(a!) dest, Tensor src, int start, int end) -> ()`` —
+  the Eagle3 capture: writes ``src`` into ``dest[..., start:end]`` and returns nothing;
+- ``msched::attention(Tensor q, Tensor k, Tensor v, Tensor(a!) out) -> ()`` — causal
+  single-head attention written into a preallocated buffer;
+- ``msched::moe_experts(Tensor x, Tensor router, Tensor w1, Tensor w2) -> Tensor`` — top-1
+  routed experts (the shared expert is ordinary matmuls, so it can run in parallel).
+
+Layer ``i`` of the stack (0-based; the last layer can be captured) is:
+RMSNorm → q/k/v projections → attention into a buffer → o projection → residual add →
+RMSNorm → MLP (or MoE: routed experts ∥ shared expert) → residual add → optional capture
+of the hidden state into slice ``j`` of the capture buffer ``dest`` (a graph input).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch.fx import Graph, GraphModule, Node
+
+from msched.errors import InvalidArgumentError
+
+aten = torch.ops.aten
+
+
+@torch.library.custom_op("msched::inplace_slice_copy", mutates_args=("dest",))
+def inplace_slice_copy(dest: Tensor, src: Tensor, start: int, end: int) -> None:
+    """Copy ``src`` into ``dest[..., start:end]`` in place (the Eagle3 capture)."""
+    dest.narrow(-1, start, end - start).copy_(src)
+
+
+@inplace_slice_copy.register_fake
+def _(dest: Tensor, src: Tensor, start: int, end: int) -> None:
+    return None
+
+
+@torch.library.custom_op("msched::attention", mutates_args=("out",))
+def attention(q: Tensor, k: Tensor, v: Tensor, out: Tensor) -> None:
+    """Causal single-head attention of ``[tokens, dim]`` inputs, written into ``out``."""
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    n = scores.shape[-1]
+    mask = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+    probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+    out.copy_(probs @ v)
+
+
+@attention.register_fake
+def _(q: Tensor, k: Tensor, v: Tensor, out: Tensor) -> None:
+    return None
+
+
+@torch.library.custom_op("msched::moe_experts", mutates_args=())
+def moe_experts(x: Tensor, router: Tensor, w1: Tensor, w2: Tensor) -> Tensor:
+    """Top-1 routed experts: ``w1`` is ``[E, H, F]``, ``w2`` is ``[E, F, H]``."""
+    choice = (x @ router).argmax(dim=-1)
+    out = torch.zeros_like(x)
+    for e in range(w1.shape[0]):
+        picked = (choice == e).unsqueeze(-1).to(x.dtype)
+        out = out + picked * (torch.nn.functional.silu(x @ w1[e]) @ w2[e])
+    return out
+
+
+@moe_experts.register_fake
+def _(x: Tensor, router: Tensor, w1: Tensor, w2: Tensor) -> Tensor:
+    return torch.empty_like(x)
+
+
+@dataclass
+class DecoderStack:
+    """A synthetic decoder stack: the graph, its capture nodes, inputs and the reference run.
+
+    ``gm`` is built once per stack (schedule it in place if you like); ``reference()`` runs an
+    unscheduled copy made at construction, so it is unaffected by scheduling ``gm``.
+    """
+
+    gm: GraphModule
+    dest: Node
+    captures: list[Node]
+    n_layers: int
+    capture_layers: tuple[int, ...]
+    hidden: int
+    tokens: int
+    seed: int
+    _reference_gm: GraphModule
+
+    def example_inputs(self) -> tuple[Tensor, Tensor]:
+        """Fresh CPU inputs in placeholder order: hidden states ``x`` and a zeroed ``dest``."""
+        g = torch.Generator().manual_seed(self.seed + 1)
+        x = torch.randn(self.tokens, self.hidden, generator=g)
+        dest = torch.zeros(self.tokens, self.hidden * len(self.capture_layers))
+        return x, dest
+
+    def reference(self) -> tuple[Tensor, Tensor]:
+        """Output and capture buffer of the unscheduled graph on `example_inputs`."""
+        x, dest = self.example_inputs()
+        out = self._reference_gm(x, dest)
+        return out, dest
+
+    def capture_slice(self, layer: int) -> tuple[int, int]:
+        """The ``[start, end)`` columns of ``dest`` that capture ``layer`` writes."""
+        j = self.capture_layers.index(layer)
+        return j * self.hidden, (j + 1) * self.hidden
+
+
+class _Builder:
+    """Appends the nodes of one decoder stack to an FX graph (one method per block)."""
+
+    def __init__(self, hidden: int, seed: int, capture_kwargs: bool) -> None:
+        self.graph = Graph()
+        self.root = nn.Module()
+        self.hidden = hidden
+        self.gen = torch.Generator().manual_seed(seed)
+        self.capture_kwargs = capture_kwargs
+
+    def weight(self, name: str, *shape: int) -> Node:
+        scale = 1.0 / math.sqrt(shape[-2] if len(shape) > 1 else 1.0)
+        if len(shape) == 1:
+            value = 1.0 + 0.1 * torch.randn(*shape, generator=self.gen)
+        else:
+            value = torch.randn(*shape, generator=self.gen) * scale
+        self.root.register_buffer(name, value)
+        return self.graph.get_attr(name)
+
+    def op(self, target: object, *args: object, **kwargs: object) -> Node:
+        return self.graph.call_function(target, args, kwargs)  # type: ignore[arg-type]
+
+    def rms_norm(self, h: Node, name: str) -> Node:
+        w = self.weight(name, self.hidden)
+        ms = self.op(aten.mean.dim, self.op(aten.mul.Tensor, h, h), [-1], True)
+        r = self.op(aten.rsqrt.default, self.op(aten.add.Scalar, ms, 1e-6))
+        return self.op(aten.mul.Tensor, self.op(aten.mul.Tensor, h, r), w)
+
+    def linear(self, x: Node, name: str, d_in: int, d_out: int) -> Node:
+        return self.op(aten.mm.default, x, self.weight(name, d_in, d_out))
+
+    def attention_block(self, h: Node, i: int) -> Node:
+        hn = self.rms_norm(h, f"l{i}_ln1")
+        q, k, v = (self.linear(hn, f"l{i}_w{p}", self.hidden, self.hidden) for p in "qkv")
+        buf = self.op(aten.empty_like.default, q)
+        self.op(torch.ops.msched.attention.default, q, k, v, buf)
+        return self.op(aten.add.Tensor, h, self.linear(buf, f"l{i}_wo", self.hidden, self.hidden))
+
+    def mlp(self, x: Node, prefix: str) -> Node:
+        ffn = 2 * self.hidden
+        gate = self.linear(x, f"{prefix}_wg", self.hidden, ffn)
+        up = self.linear(x, f"{prefix}_wu", self.hidden, ffn)
+        act = self.op(aten.mul.Tensor, self.op(aten.silu.default, gate), up)
+        return self.linear(act, f"{prefix}_wd", ffn, self.hidden)
+
+    def ffn_block(self, h: Node, i: int, moe: bool) -> Node:
+        hn = self.rms_norm(h, f"l{i}_ln2")
+        if not moe:
+            return self.op(aten.add.Tensor, h, self.mlp(hn, f"l{i}"))
+        experts, ffn = 4, 2 * self.hidden
+        routed = self.op(
+            torch.ops.msched.moe_experts.default,
+            hn,
+            self.weight(f"l{i}_router", self.hidden, experts),
+            self.weight(f"l{i}_w1", experts, self.hidden, ffn),
+            self.weight(f"l{i}_w2", experts, ffn, self.hidden),
+        )
+        shared = self.mlp(hn, f"l{i}_shared")
+        return self.op(aten.add.Tensor, self.op(aten.add.Tensor, h, routed), shared)
+
+    def capture(self, dest: Node, h: Node, j: int, layer: int) -> Node:
+        start, end = j * self.hidden, (j + 1) * self.hidden
+        op = torch.ops.msched.inplace_slice_copy.default
+        name = f"capture_{layer}"
+        if self.capture_kwargs:
+            kwargs = {"dest": dest, "src": h, "start": start, "end": end}
+            return self.graph.create_node("call_function", op, (), kwargs, name=name)
+        return self.graph.create_node("call_function", op, (dest, h, start, end), name=name)
+
+
+def _check_stack_args(n_layers: int, capture_layers: Sequence[int], hidden: int, tokens: int) -> None:
+    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
+        raise InvalidArgumentError(f"n_layers must be an int >= 1, got {n_layers!r}")
+    for name, value in (("hidden", hidden), ("tokens", tokens)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+    bad = [c for c in capture_layers if not isinstance(c, int) or not 0 <= c < n_layers]
+    if bad:
+        raise InvalidArgumentError(
+            f"capture layers {bad} are outside the stack: layers are 0..{n_layers - 1}"
+        )
+    if len(set(capture_layers)) != len(capture_layers):
+        raise InvalidArgumentError(f"capture layers {list(capture_layers)} repeat a layer")
+
+
+def decoder_stack(
+    n_layers: int = 6,
+    capture_layers: Sequence[int] = (1, 3, 5),
+    moe: bool = False,
+    hidden: int = 8,
+    tokens: int = 4,
+    seed: int = 0,
+    capture_kwargs: bool = True,
+) -> DecoderStack:
+    """Build a synthetic decoder stack as an FX graph (see the module docstring).
+
+    Placeholders are ``x`` (``[tokens, hidden]``) and ``dest`` (``[tokens, hidden *
+    len(capture_layers)]``); weights are ``get_attr`` buffers drawn from ``seed``.  With
+    ``capture_kwargs=False`` captures pass their arguments positionally.
+    """
+    capture_layers = tuple(capture_layers)
+    _check_stack_args(n_layers, capture_layers, hidden, tokens)
+    b = _Builder(hidden, seed, capture_kwargs)
+    h = b.graph.placeholder("x")
+    dest = b.graph.placeholder("dest")
+    captures: list[Node] = []
+    for i in range(n_layers):
+        h = b.ffn_block(b.attention_block(h, i), i, moe)
+        if i in capture_layers:
+            captures.append(b.capture(dest, h, capture_layers.index(i), i))
+    b.graph.output(b.rms_norm(h, "final_ln"))
+    gm = GraphModule(b.root, b.graph, "DecoderStack")
+    ref_graph = Graph()
+    ref_graph.output(ref_graph.graph_copy(b.graph, {}))
+    ref = GraphModule(b.root, ref_graph, "DecoderStackReference")
+    return DecoderStack(
+        gm=gm,
+        dest=dest,
+        captures=captures,
+        n_layers=n_layers,
+        capture_layers=capture_layers,
+        hidden=hidden,
+        tokens=tokens,
+        seed=seed,
+        _reference_gm=ref,
+    )

@@ -1,0 +1,249 @@
+"""Emission: rewrite a graph in place in the assigned order, with the stream ops.
+
+Rules (DESIGN.md, Emit):
+
+- placeholders and ``get_attr`` first, then zero-cost nodes that only touch graph inputs
+  (the preamble), all on stream 0;
+- an auxiliary stream has joined stream 0 before its first node, because graph inputs are
+  ready only on stream 0: it waits on the entry event (recorded on stream 0 after the
+  preamble) unless a wait for a dependency on stream 0 already joined it;
+- a cross-stream dependency gets a ``record_event`` right after the producer and a
+  ``wait_event`` before the consumer, unless the consumer's stream already happens-after the
+  producer (vector clocks are tracked while emitting, so no redundant wait is emitted);
+- a tensor produced on one stream and used on another gets one ``record_stream`` per stream;
+- ``output`` is last, on stream 0, after stream 0 has joined every dependency of ``output``.
+
+Nodes are emitted stream by stream: the current stream continues while its next node is ready,
+otherwise emission switches to the stream whose next node comes first in the assignment order
+(that node is always ready, so emission never deadlocks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from torch.fx import Graph, Node
+
+from msched import ops
+from msched.assign import Assignment
+from msched.dag import Dag
+from msched.effects import produces_tensor
+
+_INPUT_OPS = ("placeholder", "get_attr")
+
+
+@dataclass(frozen=True)
+class Emission:
+    """The rewritten node order and what was added to it."""
+
+    order: tuple[Node, ...]
+    stream: dict[Node, int]
+    added: tuple[Node, ...]
+    num_events: int
+    num_waits: int
+
+
+class _Emitter:
+    """Builds the new node order; creates stream-op nodes, but does not relink the graph."""
+
+    def __init__(self, graph: Graph, dag: Dag, assignment: Assignment) -> None:
+        self.graph, self.dag, self.a = graph, dag, assignment
+        n = assignment.num_streams
+        self.vc = [[-1] * n for _ in range(n)]
+        self.seq_count = [0] * n
+        self.seq: dict[Node, int] = {}
+        self.snap: dict[Node, tuple[int, ...]] = {}
+        self.event_of: dict[Node, int] = {}
+        self.after: dict[Node, Node] = {}
+        self.recorded: set[tuple[Node, int]] = set()
+        self.started = [True] + [False] * (n - 1)
+        self.body: list[Node] = []
+        self.added: list[Node] = []
+        self.stream: dict[Node, int] = {}
+        self.current = 0
+        self.num_waits = 0
+        self.entry: Node | None = None
+        self.entry_snap: tuple[int, ...] = tuple([0] + [-1] * (n - 1))
+
+    def _new(self, op: Callable[..., Any], args: tuple[Any, ...], name: str) -> Node:
+        node = self.graph.create_node("call_function", op, args, name=name)
+        self.added.append(node)
+        self.stream[node] = self.current
+        return node
+
+    def _put(self, op: Callable[..., Any], args: tuple[Any, ...], name: str) -> None:
+        self.body.append(self._new(op, args, name))
+
+    def _switch(self, s: int) -> None:
+        if s != self.current:
+            self.current = s
+            self._put(ops.set_stream, (s,), "set_stream")
+
+    def _join(self, s: int, snap: tuple[int, ...]) -> None:
+        vc = self.vc[s]
+        for t, v in enumerate(snap):
+            if v > vc[t]:
+                vc[t] = v
+
+    def _start_stream(self, s: int) -> None:
+        """Join stream 0's entry point, unless a wait on stream 0 already did."""
+        self.started[s] = True
+        if self.vc[s][0] >= 0:
+            return
+        if self.entry is None:
+            self.entry = self._new(ops.record_event, (0,), "record_event")
+            self.stream[self.entry] = 0
+        self._put(ops.wait_event, (0,), "wait_event")
+        self.num_waits += 1
+        self._join(s, self.entry_snap)
+
+    def _event_for(self, producer: Node) -> int:
+        event = self.event_of.get(producer)
+        if event is None:
+            event = len(self.event_of) + 1
+            self.event_of[producer] = event
+            record = self.graph.create_node(
+                "call_function", ops.record_event, (event,), name="record_event"
+            )
+            self.added.append(record)
+            self.stream[record] = self.a.stream[producer]
+            self.after[producer] = record
+        return event
+
+    def _wait_for(self, s: int, deps: dict[Node, int]) -> None:
+        """Wait on the latest uncovered dependency of each other stream, if still uncovered."""
+        stream, seq, vc = self.a.stream, self.seq, self.vc[s]
+        latest: dict[int, Node] = {}
+        for dep in deps:
+            t = stream[dep]
+            if t != s and dep in seq and vc[t] < seq[dep]:
+                best = latest.get(t)
+                if best is None or seq[dep] > seq[best]:
+                    latest[t] = dep
+        for t in sorted(latest):
+            dep = latest[t]
+            if vc[t] < seq[dep]:
+                self._put(ops.wait_event, (self._event_for(dep),), "wait_event")
+                self.num_waits += 1
+                self._join(s, self.snap[dep])
+
+    def _record_uses(self, node: Node, s: int) -> None:
+        stream = self.a.stream
+        for value in node.all_input_nodes:
+            if stream[value] == s or (value, s) in self.recorded:
+                continue
+            if self.dag.effects.root[value].op in _INPUT_OPS:
+                continue  # graph inputs are owned by the caller, and joined before output
+            if produces_tensor(value):
+                self.recorded.add((value, s))
+                self._put(ops.record_stream, (value, s), "record_stream")
+
+    def emit(self, node: Node, s: int) -> None:
+        self._switch(s)
+        self._wait_for(s, self.dag.preds[node])
+        if not self.started[s]:
+            self._start_stream(s)
+        self._record_uses(node, s)
+        self.body.append(node)
+        self.stream[node] = s
+        self.seq_count[s] += 1
+        self.seq[node] = self.seq_count[s]
+        self.vc[s][s] = self.seq_count[s]
+        self.snap[node] = tuple(self.vc[s])
+
+    def finish(self, output: Node) -> None:
+        self._switch(0)
+        self._wait_for(0, self.dag.preds[output])
+        self._record_uses(output, 0)
+        self.stream[output] = 0
+
+
+def _preamble(dag: Dag, a: Assignment) -> list[Node]:
+    """Zero-cost stream-0 nodes at time 0 whose dependencies are all inputs or preamble."""
+    pre: list[Node] = []
+    inside: set[Node] = set()
+    for node in a.order:
+        if a.start[node] > 0.0:
+            break
+        if (
+            a.stream[node] == 0
+            and a.finish[node] == 0.0
+            and all(d.op in _INPUT_OPS or d in inside for d in dag.preds[node])
+        ):
+            pre.append(node)
+            inside.add(node)
+    return pre
+
+
+def _stream_queues(a: Assignment, skip: set[Node]) -> list[list[Node]]:
+    queues: list[list[Node]] = [[] for _ in range(a.num_streams)]
+    for node in a.order:
+        if node not in skip:
+            queues[a.stream[node]].append(node)
+    for q in queues:
+        q.reverse()  # pop() from the end is O(1)
+    return queues
+
+
+def plan_emission(graph: Graph, dag: Dag, a: Assignment) -> Emission:
+    """Compute the emitted order and create the stream-op nodes it needs (not yet linked)."""
+    inputs = [n for n in dag.nodes if n.op == "placeholder"]
+    inputs += [n for n in dag.nodes if n.op == "get_attr"]
+    pre = _preamble(dag, a)
+    em = _Emitter(graph, dag, a)
+    for node in inputs + pre:
+        em.stream[node] = 0
+    pending = {n: sum(1 for d in dag.preds[n] if d.op not in _INPUT_OPS) for n in a.order}
+    rank = {n: i for i, n in enumerate(a.order)}
+    done: set[Node] = set()
+
+    def mark_done(node: Node) -> None:
+        for succ in dag.succs[node]:
+            if succ in pending:
+                pending[succ] -= 1
+
+    for node in pre:
+        done.add(node)
+        mark_done(node)
+    queues = _stream_queues(a, done)
+    remaining = sum(len(q) for q in queues)
+    while remaining:
+        q = queues[em.current]
+        if not q or pending[q[-1]]:
+            q = min((q for q in queues if q), key=lambda q: rank[q[-1]])
+        node = q.pop()
+        em.emit(node, a.stream[node])
+        mark_done(node)
+        remaining -= 1
+    em.finish(dag.output)
+    order = _link_order(em, inputs, pre, dag.output)
+    return Emission(
+        order=tuple(order),
+        stream=em.stream,
+        added=tuple(em.added),
+        num_events=len(em.event_of) + (1 if em.entry is not None else 0),
+        num_waits=em.num_waits,
+    )
+
+
+def _link_order(em: _Emitter, inputs: list[Node], pre: list[Node], output: Node) -> list[Node]:
+    order = inputs + pre
+    if em.entry is not None:
+        order.append(em.entry)
+    after = em.after
+    for node in em.body:
+        order.append(node)
+        record = after.get(node)
+        if record is not None:
+            order.append(record)
+    order.append(output)
+    return order
+
+
+def relink(graph: Graph, order: list[Node] | tuple[Node, ...]) -> None:
+    """Put the nodes of ``graph`` in ``order`` (which must hold every node, output last)."""
+    output = order[-1]
+    for node in order[:-1]:
+        output.prepend(node)

@@ -1,0 +1,65 @@
+"""The msched stream ops: real ``torch.library`` custom ops in the ``msched`` namespace.
+
+| op | meaning |
+|---|---|
+| ``msched::set_stream(int stream)`` | later ops are issued on ``stream`` (0 = caller's stream) |
+| ``msched::record_event(int event)`` | record ``event`` on the current stream |
+| ``msched::wait_event(int event)`` | the current stream waits for the last record of ``event`` |
+| ``msched::record_stream(Tensor t, int stream)`` | ``t`` is used on ``stream`` (allocator) |
+
+They are registered as side-effectful with ``torch.fx`` so that ``eliminate_dead_code`` keeps
+them, and they act on `msched.runtime.current_runtime()`: no-ops on CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.fx.node import has_side_effect
+
+from msched.runtime import current_runtime
+
+_lib = torch.library.Library("msched", "FRAGMENT")
+_lib.define("set_stream(int stream) -> ()")
+_lib.define("record_event(int event) -> ()")
+_lib.define("wait_event(int event) -> ()")
+_lib.define("record_stream(Tensor t, int stream) -> ()")
+
+
+def _set_stream(stream: int) -> None:
+    current_runtime().set_stream(stream)
+
+
+def _record_event(event: int) -> None:
+    current_runtime().record_event(event)
+
+
+def _wait_event(event: int) -> None:
+    current_runtime().wait_event(event)
+
+
+def _record_stream(t: torch.Tensor, stream: int) -> None:
+    current_runtime().record_stream(t, stream)
+
+
+def _noop_meta(*args: object) -> None:
+    return None
+
+
+for _name, _fn in (
+    ("set_stream", _set_stream),
+    ("record_event", _record_event),
+    ("wait_event", _wait_event),
+):
+    _lib.impl(_name, _fn, "CompositeExplicitAutograd")
+    _lib.impl(_name, _noop_meta, "Meta")
+_lib.impl("record_stream", _record_stream, "CompositeExplicitAutograd")
+_lib.impl("record_stream", _noop_meta, "Meta")
+
+set_stream = torch.ops.msched.set_stream.default
+record_event = torch.ops.msched.record_event.default
+wait_event = torch.ops.msched.wait_event.default
+record_stream = torch.ops.msched.record_stream.default
+
+STREAM_OPS = (set_stream, record_event, wait_event, record_stream)
+for _op in STREAM_OPS:
+    has_side_effect(_op)

@@ -1,0 +1,149 @@
+"""`msched.schedule`: the whole pass, from a GraphModule to a scheduled GraphModule."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from torch.fx import Graph, GraphModule, Node
+
+from msched import ops
+from msched.assign import Assignment, assign_streams
+from msched.cost import CostModel, DefaultCostModel
+from msched.dag import Dag, build_dag
+from msched.emit import plan_emission, relink
+from msched.errors import InvalidArgumentError, InvalidGraphError
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The result of `schedule`: where every node runs, and what it cost.
+
+    ``gm`` is the scheduled module (the same object that was passed in).  ``original`` is a
+    copy of the input graph as a GraphModule, for ``msched.verify(gm, original=...)`` and for
+    running the unscheduled program.  ``makespan`` and ``lower_bound`` are in cost-model
+    units; the lower bound is ``max(critical path, total cost / num_streams)``.
+    """
+
+    gm: GraphModule
+    num_streams: int
+    streams: Mapping[Node, int]
+    num_events: int
+    num_waits: int
+    makespan: float
+    lower_bound: float
+    assignment: Assignment = field(repr=False)
+    _original_graph: Graph = field(repr=False)
+
+    def stream_of(self, node: Node | str) -> int:
+        """The stream ``node`` (or the node named so) runs on; stream ops report their stream."""
+        if isinstance(node, str):
+            for candidate in self.streams:
+                if candidate.name == node:
+                    return self.streams[candidate]
+            raise InvalidArgumentError(f"no node named {node!r} in the scheduled graph")
+        if node not in self.streams:
+            raise InvalidArgumentError(f"node {node.name!r} is not in the scheduled graph")
+        return self.streams[node]
+
+    @cached_property
+    def original(self) -> GraphModule:
+        """The input graph, unscheduled, as a module of its own (built on first use)."""
+        return GraphModule(self.gm, self._original_graph, self.gm.__class__.__name__)
+
+
+def _copy_graph(graph: Graph) -> Graph:
+    copy = Graph()
+    out = copy.graph_copy(graph, {})
+    copy.output(out)
+    return copy
+
+
+def _check_arguments(gm: object, num_streams: object, cost_model: object) -> None:
+    if not isinstance(gm, GraphModule):
+        raise InvalidArgumentError(
+            f"msched.schedule expects a torch.fx.GraphModule, got {type(gm).__name__}; "
+            "trace the model first (torch.fx.symbolic_trace, or use msched.backend)"
+        )
+    if isinstance(num_streams, bool) or not isinstance(num_streams, int):
+        raise InvalidArgumentError(
+            f"num_streams must be an int >= 1, got {num_streams!r} ({type(num_streams).__name__})"
+        )
+    if num_streams < 1:
+        raise InvalidArgumentError(f"num_streams must be >= 1, got {num_streams}")
+    if cost_model is not None and not callable(getattr(cost_model, "cost", None)):
+        raise InvalidArgumentError(
+            f"cost_model must have a cost(node) method, got {type(cost_model).__name__}"
+        )
+
+
+def _check_unscheduled(graph: Graph) -> None:
+    stream_ops = [n.name for n in graph.nodes if n.op == "call_function" and n.target in ops.STREAM_OPS]
+    if stream_ops:
+        shown = ", ".join(stream_ops[:3]) + (", ..." if len(stream_ops) > 3 else "")
+        raise InvalidGraphError(
+            f"the graph is already scheduled (stream ops {shown}); schedule the original graph "
+            "(Schedule.original) instead"
+        )
+
+
+def schedule(gm: GraphModule, num_streams: int = 2, cost_model: CostModel | None = None) -> Schedule:
+    """Schedule ``gm`` onto ``num_streams`` streams, rewriting ``gm.graph`` in place.
+
+    Why: the graph exit depends on the last write of every in-place target, so captures into
+    a graph input (Eagle3) are emitted before ``output`` and joined on the caller's stream.
+
+    1. Build the `msched.dag.Dag` (data, RAW, WAR, WAW and exit edges).
+    2. Assign streams by critical-path list scheduling (`msched.assign`).
+    3. Plan the emitted order with the stream ops (`msched.emit`), then relink the graph and
+       recompile ``gm``, so calling ``gm`` runs the schedule.
+
+    With ``num_streams=1`` the node order is unchanged and no stream op is added.  Node names
+    are kept.  On any error ``gm`` is left exactly as it was.
+    """
+    _check_arguments(gm, num_streams, cost_model)
+    graph = gm.graph
+    dag = build_dag(gm)
+    _check_unscheduled(graph)
+    assignment = assign_streams(dag, num_streams, cost_model or DefaultCostModel())
+    original = _copy_graph(graph)
+    if num_streams == 1:
+        streams: dict[Node, int] = dict.fromkeys(dag.nodes, 0)
+        events = waits = 0
+    else:
+        events, waits, streams = _rewrite(gm, dag, assignment)
+    return Schedule(
+        gm=gm,
+        num_streams=num_streams,
+        streams=streams,
+        num_events=events,
+        num_waits=waits,
+        makespan=assignment.makespan,
+        lower_bound=assignment.lower_bound,
+        assignment=assignment,
+        _original_graph=original,
+    )
+
+
+def _rewrite(gm: GraphModule, dag: Dag, assignment: Assignment) -> tuple[int, int, dict[Node, int]]:
+    graph = gm.graph
+    try:
+        emission = plan_emission(graph, dag, assignment)
+        relink(graph, emission.order)
+        gm.recompile()
+    except BaseException:
+        _restore(gm, dag.nodes)
+        raise
+    return emission.num_events, emission.num_waits, emission.stream
+
+
+def _restore(gm: GraphModule, nodes: tuple[Node, ...]) -> None:
+    """Erase every node that is not one of ``nodes`` and put ``nodes`` back in order."""
+    graph = gm.graph
+    keep = set(nodes)
+    for node in reversed(list(graph.nodes)):
+        if node not in keep:
+            graph.erase_node(node)
+    relink(graph, nodes)
+    gm.recompile()
