@@ -17,10 +17,12 @@ from msched.errors import (
     ScheduleVerificationError,
 )
 from msched.schedule import Schedule, schedule
+from msched.streams import Dialect
 
 __all__ = [
     "CostModel",
     "Dag",
+    "Dialect",
     "DefaultCostModel",
     "InvalidArgumentError",
     "InvalidGraphError",

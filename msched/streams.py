@@ -1,0 +1,186 @@
+"""Reading the stream ops of a scheduled graph: dialects and the host-order interpreter.
+
+A `Dialect` says which ops mean set_stream / record_event / wait_event / record_stream, so
+graphs rebuilt by another engine's scheduler can be read too.  `interpret` walks a scheduled
+graph in host order and returns, for every node, the stream it is issued on and what each
+stream op does; `msched.verify`, the simulator and the renderers all start from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.fx import Graph, GraphModule, Node
+
+from msched import ops
+from msched.errors import InvalidArgumentError, InvalidGraphError
+
+KINDS = ("set_stream", "record_event", "wait_event", "record_stream")
+
+
+def _qualified_name(target: Any) -> str | None:
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target._schema.name)
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return str(target._qualified_op_name)
+    return None
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """The four stream ops of one scheduler.  The default is msched's own ops.
+
+    Ops may be ``OpOverload``s, ``OpOverloadPacket``s or any callables; an op matches a node
+    whose target is it, or whose target is an overload of the same qualified op name.
+    """
+
+    set_stream: Any = ops.set_stream
+    record_event: Any = ops.record_event
+    wait_event: Any = ops.wait_event
+    record_stream: Any = ops.record_stream
+    namespace: str | None = field(default=None, compare=False)
+
+    @classmethod
+    def from_namespace(cls, namespace: str) -> Dialect:
+        """The dialect of ``torch.ops.<namespace>``; its ops are looked up on first use."""
+        if not namespace or not namespace.isidentifier():
+            raise InvalidArgumentError(f"not an op namespace: {namespace!r}")
+        names = [f"{namespace}::{k}" for k in KINDS]
+        return cls(*names, namespace=namespace)
+
+    def _table(self) -> dict[Any, str]:
+        table: dict[Any, str] = {}
+        for kind in KINDS:
+            op = getattr(self, kind)
+            table[op] = kind
+            name = op if isinstance(op, str) else _qualified_name(op)
+            if name is not None:
+                table[name] = kind
+        return table
+
+    def own_namespace(self) -> str | None:
+        if self.namespace is not None:
+            return self.namespace
+        name = _qualified_name(self.set_stream)
+        return name.split("::")[0] if name else None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One node in host order: its stream-op kind (or ``"compute"``), stream and argument."""
+
+    node: Node
+    kind: str
+    stream: int
+    arg: int | None = None
+    tensor: Node | None = None
+
+
+@dataclass(frozen=True)
+class StreamProgram:
+    """A scheduled graph read in host order."""
+
+    steps: tuple[Step, ...]
+    stream_of: dict[Node, int]
+    num_streams: int
+    output: Node
+
+    @property
+    def compute_steps(self) -> tuple[Step, ...]:
+        return tuple(s for s in self.steps if s.kind == "compute")
+
+
+class _Classifier:
+    def __init__(self, dialect: Dialect) -> None:
+        self.table = dialect._table()
+        self.namespace = dialect.own_namespace()
+
+    def kind(self, node: Node) -> str | None:
+        if node.op != "call_function":
+            return None
+        target = node.target
+        kind = self.table.get(target) if _hashable(target) else None
+        if kind is not None:
+            return kind
+        name = _qualified_name(target)
+        if name is None:
+            return None
+        kind = self.table.get(name)
+        if kind is None and name.split("::")[-1] in KINDS:
+            theirs = name.split("::")[0]
+            raise InvalidGraphError(
+                f"node {node.name!r} is the stream op {name} but the graph is read in the "
+                f"{self.namespace or 'given'} dialect: stream ops of two dialects are mixed "
+                f"(pass dialect=msched.Dialect.from_namespace({theirs!r}) if that is intended)"
+            )
+        return kind
+
+
+def _hashable(x: Any) -> bool:
+    try:
+        hash(x)
+    except TypeError:
+        return False
+    return True
+
+
+def _int_arg(node: Node, kind: str, index: int = 0) -> int:
+    args = list(node.args) + list(node.kwargs.values())
+    if len(args) <= index:
+        raise InvalidGraphError(f"{kind} node {node.name!r} has no argument {index}")
+    value = args[index]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidGraphError(
+            f"{kind} node {node.name!r} takes a literal int, got {value!r}; stream and event "
+            "ids must be constants in the graph"
+        )
+    if value < 0:
+        raise InvalidGraphError(f"{kind} node {node.name!r} has a negative id {value}")
+    return value
+
+
+def graph_of(gm: GraphModule | Graph) -> Graph:
+    if isinstance(gm, GraphModule):
+        return gm.graph
+    if isinstance(gm, Graph):
+        return gm
+    raise InvalidArgumentError(f"expected a torch.fx.GraphModule or Graph, got {type(gm).__name__}")
+
+
+def interpret(gm: GraphModule | Graph, dialect: Dialect | None = None) -> StreamProgram:
+    """Read ``gm`` in host order: the stream of every node and what every stream op does.
+
+    Raises `InvalidGraphError` for graphs that cannot be read: no output or several, a
+    stream or event id that is not a non-negative int literal, stream ops of two dialects.
+    """
+    graph = graph_of(gm)
+    classify = _Classifier(dialect or Dialect())
+    outputs = [n for n in graph.nodes if n.op == "output"]
+    if len(outputs) != 1:
+        raise InvalidGraphError(
+            f"the graph has {len(outputs)} output nodes"
+            + (f" ({', '.join(n.name for n in outputs)})" if outputs else "")
+            + "; a scheduled graph has exactly one"
+        )
+    steps: list[Step] = []
+    stream_of: dict[Node, int] = {}
+    current, highest = 0, 0
+    for node in graph.nodes:
+        kind = classify.kind(node)
+        if kind == "set_stream":
+            current = _int_arg(node, kind)
+            highest = max(highest, current)
+            steps.append(Step(node, kind, current, current))
+        elif kind in ("record_event", "wait_event"):
+            steps.append(Step(node, kind, current, _int_arg(node, kind)))
+        elif kind == "record_stream":
+            tensor = node.args[0] if node.args else node.kwargs.get("t")
+            target = _int_arg(node, kind, 1)
+            highest = max(highest, target)
+            steps.append(Step(node, kind, current, target, tensor if isinstance(tensor, Node) else None))
+        else:
+            steps.append(Step(node, "compute", current))
+        stream_of[node] = current
+    return StreamProgram(tuple(steps), stream_of, highest + 1, outputs[0])
