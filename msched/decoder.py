@@ -236,3 +236,124 @@ def decoder_stack(
         seed=seed,
         _reference_gm=ref,
     )
+
+
+class RMSNorm(nn.Module):
+    """``x * rsqrt(mean(x * x) + eps) * weight`` over the last dimension."""
+
+    def __init__(self, hidden: int, gen: torch.Generator, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(1.0 + 0.1 * torch.randn(hidden, generator=gen))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def _matrix(gen: torch.Generator, *shape: int) -> nn.Parameter:
+    return nn.Parameter(torch.randn(*shape, generator=gen) / math.sqrt(shape[-2]))
+
+
+class Attention(nn.Module):
+    """q/k/v projections, ``msched::attention`` into a fresh buffer, o projection."""
+
+    def __init__(self, hidden: int, gen: torch.Generator) -> None:
+        super().__init__()
+        self.wq, self.wk, self.wv, self.wo = (_matrix(gen, hidden, hidden) for _ in range(4))
+
+    def forward(self, x: Tensor) -> Tensor:
+        q, k, v = x @ self.wq, x @ self.wk, x @ self.wv
+        out = torch.empty_like(q)
+        torch.ops.msched.attention(q, k, v, out)
+        return out @ self.wo
+
+
+class MLP(nn.Module):
+    """SiLU-gated MLP with a ``2 * hidden`` inner width."""
+
+    def __init__(self, hidden: int, gen: torch.Generator) -> None:
+        super().__init__()
+        self.wg = _matrix(gen, hidden, 2 * hidden)
+        self.wu = _matrix(gen, hidden, 2 * hidden)
+        self.wd = _matrix(gen, 2 * hidden, hidden)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return (torch.nn.functional.silu(x @ self.wg) * (x @ self.wu)) @ self.wd
+
+
+class MoE(nn.Module):
+    """Top-1 routed experts (``msched::moe_experts``) plus a shared expert, independent."""
+
+    def __init__(self, hidden: int, gen: torch.Generator, experts: int = 4) -> None:
+        super().__init__()
+        self.router = _matrix(gen, hidden, experts)
+        self.w1 = _matrix(gen, experts, hidden, 2 * hidden)
+        self.w2 = _matrix(gen, experts, 2 * hidden, hidden)
+        self.shared = MLP(hidden, gen)
+
+    def forward(self, x: Tensor) -> Tensor:
+        routed = torch.ops.msched.moe_experts(x, self.router, self.w1, self.w2)
+        return routed + self.shared(x)
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm residual layer: attention, then MLP or MoE."""
+
+    def __init__(self, hidden: int, gen: torch.Generator, moe: bool) -> None:
+        super().__init__()
+        self.ln1, self.attn = RMSNorm(hidden, gen), Attention(hidden, gen)
+        self.ln2 = RMSNorm(hidden, gen)
+        self.ffn: nn.Module = MoE(hidden, gen) if moe else MLP(hidden, gen)
+
+    def forward(self, h: Tensor) -> Tensor:
+        h = h + self.attn(self.ln1(h))
+        return h + self.ffn(self.ln2(h))
+
+
+class TinyDecoder(nn.Module):
+    """A small decoder with Eagle3-style hidden-state captures, for inference on CPU.
+
+    ``forward(x, capture)`` takes hidden states ``x`` of shape ``[tokens, hidden]`` and a
+    preallocated buffer ``capture`` of shape ``[tokens, hidden * len(capture_layers)]``; after
+    layer ``capture_layers[j]`` it copies the hidden state into columns ``capture_slice`` of
+    ``capture`` through ``msched::inplace_slice_copy`` (which returns nothing, so nothing
+    downstream depends on it).  Returns the final RMSNorm of the last hidden state.  The last
+    layer can be captured.  Parameters are frozen (``requires_grad=False``): it is an
+    inference model, and ``msched.backend`` compiles inference graphs.
+    """
+
+    def __init__(
+        self,
+        n_layers: int,
+        hidden: int,
+        capture_layers: Sequence[int],
+        moe: bool = False,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.capture_layers = tuple(capture_layers)
+        _check_stack_args(n_layers, self.capture_layers, hidden, 1)
+        gen = torch.Generator().manual_seed(seed)
+        self.hidden = hidden
+        self.layers = nn.ModuleList(DecoderLayer(hidden, gen, moe) for _ in range(n_layers))
+        self.norm = RMSNorm(hidden, gen)
+        self.requires_grad_(False)
+
+    def capture_slice(self, layer: int) -> tuple[int, int]:
+        """The ``[start, end)`` columns of the capture buffer that ``layer`` writes."""
+        j = self.capture_layers.index(layer)
+        return j * self.hidden, (j + 1) * self.hidden
+
+    def example_inputs(self, tokens: int, seed: int = 1) -> tuple[Tensor, Tensor]:
+        """Fresh inputs: hidden states drawn from ``seed`` and a zeroed capture buffer."""
+        x = torch.randn(tokens, self.hidden, generator=torch.Generator().manual_seed(seed))
+        return x, torch.zeros(tokens, self.hidden * len(self.capture_layers))
+
+    def forward(self, x: Tensor, capture: Tensor) -> Tensor:
+        h = x
+        for i, layer in enumerate(self.layers):
+            h = layer(h)
+            if i in self.capture_layers:
+                start, end = self.capture_slice(i)
+                torch.ops.msched.inplace_slice_copy(capture, h, start, end)
+        return self.norm(h)

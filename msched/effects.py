@@ -136,11 +136,7 @@ def _overload_info(op: Any) -> _OpInfo:
     for ret in schema.returns:
         alias = None
         if ret.alias_info is not None:
-            sets = set(ret.alias_info.before_set)
-            for i, a in enumerate(args):
-                if a.alias_info is not None and sets & set(a.alias_info.before_set):
-                    alias = (i, a.name)
-                    break
+            alias = _aliased_argument(args, set(ret.alias_info.before_set))
         return_alias.append(alias)
     multi = len(schema.returns) > 1 or (
         len(schema.returns) == 1 and str(schema.returns[0].type).endswith("[]")
@@ -165,6 +161,18 @@ def _overload_info(op: Any) -> _OpInfo:
         view_of_first=bool(is_view),
         side_effect=side,
     )
+
+
+def _aliased_argument(args: Any, sets: set[str]) -> tuple[int, str] | None:
+    """The argument a return aliases.  ``Tensor(a)[]`` returns carry their alias set on the
+    element type, which the schema object does not expose: they alias the annotated input."""
+    annotated = [(i, a) for i, a in enumerate(args) if a.alias_info is not None]
+    for i, a in annotated:
+        if sets & set(a.alias_info.before_set):
+            return (i, a.name)
+    if not sets and annotated:
+        return (annotated[0][0], annotated[0][1].name)
+    return None
 
 
 def _callable_info(fn: Any) -> _OpInfo:

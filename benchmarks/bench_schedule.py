@@ -1,0 +1,88 @@
+"""Benchmark of `msched.schedule` on decoder stacks of 12, 61 and 244 layers (MoE).
+
+For each size this prints: nodes; the time of `msched.schedule` until the module's code shows
+the schedule; the floor measured in the same run (a bare ``Graph.graph_copy`` of the same graph
+plus generating its code); their ratio; events; waits per node; stream-op nodes per node;
+makespan / lower bound; and the single-stream cost.  Times are medians of several runs with the
+garbage collector collected and disabled around each measurement.
+
+Run: ``python benchmarks/bench_schedule.py [--streams 3] [--repeat 5] [--layers 12,61,244]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import time
+from collections.abc import Callable
+
+from torch.fx import Graph
+
+import msched
+from msched.decoder import decoder_stack
+
+STREAM_OPS = set(msched.ops.STREAM_OPS)
+
+
+def timed(fn: Callable[[], object]) -> float:
+    gc.collect()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+    finally:
+        gc.enable()
+
+
+def floor(graph: Graph) -> None:
+    copy = Graph()
+    copy.output(copy.graph_copy(graph, {}))
+    copy.python_code("self")
+
+
+def measure(layers: int, streams: int, repeat: int) -> dict[str, float]:
+    sched_times, floor_times = [], []
+    sched = None
+    for _ in range(repeat):
+        stack = decoder_stack(layers, (1, layers // 2, layers - 1), moe=True)
+        floor_times.append(timed(lambda: floor(stack.gm.graph)))
+        box: list[msched.Schedule] = []
+        sched_times.append(timed(lambda: box.append(msched.schedule(stack.gm, streams))))
+        sched = box[0]
+        assert "msched.set_stream" in sched.gm.code
+    assert sched is not None
+    nodes = len(sched.original.graph.nodes)
+    ops = sum(1 for n in sched.gm.graph.nodes if n.target in STREAM_OPS)
+    t_sched, t_floor = statistics.median(sched_times), statistics.median(floor_times)
+    return {
+        "layers": layers,
+        "nodes": nodes,
+        "schedule_ms": t_sched * 1e3,
+        "floor_ms": t_floor * 1e3,
+        "ratio": t_sched / t_floor,
+        "events": sched.num_events,
+        "waits/node": sched.num_waits / nodes,
+        "streamops/node": ops / nodes,
+        "makespan/lb": sched.makespan / sched.lower_bound,
+        "1-stream cost": sched.assignment.total_cost,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--layers", default="12,61,244")
+    args = parser.parse_args()
+    rows = [measure(int(n), args.streams, args.repeat) for n in args.layers.split(",")]
+    cols = list(rows[0])
+    print(f"msched.schedule, {args.streams} streams, median of {args.repeat}")
+    print("  ".join(f"{c:>14}" for c in cols))
+    for row in rows:
+        print("  ".join(f"{row[c]:>14.3f}" if isinstance(row[c], float) else f"{row[c]:>14}" for c in cols))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Repository-wide test configuration (the plugin itself loads through its entry point)."""

@@ -1,0 +1,301 @@
+"""Turn ``auto_functionalized`` / ``auto_functionalized_v2`` nodes back into in-place calls.
+
+Why: AOT autograd functionalizes every custom op that mutates an argument into a higher-order
+op that clones the argument, runs the op on the clone and returns the new value; a graph input
+then gets the new value through a ``copy_`` at the end of the graph.  Scheduled that way, an
+Eagle3 capture is no longer a write into the capture buffer but a clone plus a copy, and a
+preallocated attention buffer is cloned per layer.  msched schedules the program the user
+wrote, so the backend re-inplaces first.  Everything comes from the op's schema and the
+node's own arguments: there is no per-op table, so a custom op nobody registered works too.
+
+Algorithm (`reinplace`):
+
+1. Compute the storage root of every node of the functional graph (`msched.effects`).
+2. Decode every functionalized node: the op, its arguments by schema name, the view of its
+   base that each mutated argument is (v2: ``_all_bases`` plus ``_<arg>_base_index``,
+   ``_<arg>_alias``, ``_<arg>_slice_*``, ``_<arg>_size/_stride/_storage_offset``), and
+   where its outputs go.  Anything not understood raises `ReinplaceError` naming the op.
+3. Check that no node after it reads the old value of a mutated base, which the in-place
+   call would change under it.  A ``copy_`` into the base (the write-back of a graph input)
+   and size queries do not read the data.
+4. In program order: insert the in-place call (and ``slice`` / ``as_strided`` / ``alias``
+   nodes that regenerate view arguments from their base) where the node was; the op's
+   results replace the node's results and each base replaces its "new value" output.
+5. Erase the functionalized nodes and the ``copy_(x, x)`` write-backs step 4 made trivial.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.fx import Graph, GraphModule, Node
+
+from msched.effects import Effects, compute_effects
+from msched.errors import MschedError
+
+aten = torch.ops.aten
+_V1 = torch.ops.higher_order.auto_functionalized
+_V2 = torch.ops.higher_order.auto_functionalized_v2
+_METADATA_OPS = frozenset(
+    {aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default,
+     aten.sym_storage_offset.default}
+)  # fmt: skip
+
+
+class ReinplaceError(MschedError):
+    """A functionalized call cannot be turned back into the in-place call it came from."""
+
+
+@dataclass(frozen=True)
+class _View:
+    """A mutated argument that is a view of a base: ``op(base, *args)`` regenerates it."""
+
+    op: Any
+    base: Node
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What one functionalized node means.
+
+    ``arguments`` maps every schema argument name to its value (a node, a constant, a
+    `_View`, or a list of those).  The node's outputs are the op's ``num_results`` results,
+    then the new value of each ``bases[i]`` (the node that holds it once mutated in place).
+    """
+
+    node: Node
+    op: torch._ops.OpOverload
+    arguments: dict[str, Any]
+    bases: tuple[Any, ...]
+    num_results: int
+
+
+def is_functionalized(node: Node) -> bool:
+    """Whether ``node`` is an ``auto_functionalized`` or ``auto_functionalized_v2`` call."""
+    return node.op == "call_function" and node.target in (_V1, _V2)
+
+
+def reinplace(gm: GraphModule) -> int:
+    """Re-inplace every functionalized node of ``gm`` (see the module docstring).
+
+    Rewrites ``gm.graph`` in place and recompiles ``gm``; returns how many nodes were
+    re-inplaced.  Raises `ReinplaceError` naming the op and the node when one cannot be;
+    the graph is then left unchanged.
+    """
+    graph = gm.graph
+    nodes = [n for n in graph.nodes if is_functionalized(n)]
+    if not nodes:
+        return 0
+    effects = compute_effects(graph)
+    index = {n: i for i, n in enumerate(graph.nodes)}
+    for node in nodes:
+        _check_old_values_unread(_decode(node), effects, index)
+    for node in nodes:
+        _rewrite(graph, _decode(node))
+    _erase_trivial_copies(graph)
+    graph.lint()
+    gm.recompile()
+    return len(nodes)
+
+
+def _describe(node: Node) -> str:
+    op = node.args[0] if node.args else None
+    name = str(op._schema.name) if isinstance(op, torch._ops.OpOverload) else repr(op)
+    return f"{name} (node {node.name!r}, {node.target})"
+
+
+def _fail(node: Node, why: str) -> ReinplaceError:
+    return ReinplaceError(f"cannot re-inplace {_describe(node)}: {why}")
+
+
+def _decode(node: Node) -> _Call:
+    op = node.args[0] if node.args else node.kwargs.get("_mutable_op")
+    if not isinstance(op, torch._ops.OpOverload):
+        raise _fail(node, "the mutated callable is not an operator overload")
+    if torch.Tag.out in op.tags:
+        raise _fail(node, "out= operators (write-only outputs) are not supported")
+    returns = op._schema.returns
+    num_results = len(returns) if len(returns) > 1 else 1
+    if node.target is _V2:
+        arguments, bases = _decode_v2(node, op)
+    else:
+        arguments, bases = _decode_v1(node, op)
+    return _Call(node, op, arguments, bases, num_results)
+
+
+def _mutable(arg: Any) -> bool:
+    return arg.alias_info is not None and arg.alias_info.is_write
+
+
+def _is_tensor_list(arg: Any) -> bool:
+    return "Tensor" in str(arg.type) and "[]" in str(arg.type)
+
+
+def _plain_argument(node: Node, arg: Any, kwargs: dict[str, Any]) -> Any:
+    if arg.name in kwargs:
+        return kwargs.pop(arg.name)
+    if arg.has_default_value():
+        return arg.default_value
+    raise _fail(node, f"argument {arg.name!r} is missing")
+
+
+def _decode_v2(node: Node, op: Any) -> tuple[dict[str, Any], tuple[Any, ...]]:
+    kwargs = dict(node.kwargs)
+    bases = tuple(kwargs.pop("_all_bases", ()))
+    kwargs.pop("_only_clone_these_bases", None)
+    arguments: dict[str, Any] = {}
+    for arg in op._schema.arguments:
+        if not _mutable(arg):
+            arguments[arg.name] = _plain_argument(node, arg, kwargs)
+        elif _is_tensor_list(arg):
+            length = _pop(node, kwargs, f"_{arg.name}_length")
+            arguments[arg.name] = None if length is None else [
+                _read_view(node, kwargs, f"_{arg.name}_{i}", bases) for i in range(length)
+            ]
+        else:
+            arguments[arg.name] = _read_view(node, kwargs, f"_{arg.name}", bases)
+    if kwargs:
+        raise _fail(node, f"unknown keyword arguments {sorted(kwargs)} (view metadata "
+                    "this version of msched does not understand)")
+    return arguments, bases
+
+
+def _pop(node: Node, kwargs: dict[str, Any], key: str) -> Any:
+    if key not in kwargs:
+        raise _fail(node, f"view metadata {key!r} is missing")
+    return kwargs.pop(key)
+
+
+def _read_view(node: Node, kwargs: dict[str, Any], prefix: str, bases: tuple[Any, ...]) -> Any:
+    """The mutated argument described by the ``prefix`` keys: a base, or a `_View` of one."""
+    index = _pop(node, kwargs, f"{prefix}_base_index")
+    if index is None:
+        return None
+    if not isinstance(index, int) or not 0 <= index < len(bases):
+        raise _fail(node, f"{prefix}_base_index={index!r} is not an index into _all_bases")
+    base = bases[index]
+    if kwargs.pop(f"{prefix}_alias", False):
+        return _View(aten.alias.default, base, ())
+    if f"{prefix}_storage_offset" in kwargs:
+        keys = ("size", "stride", "storage_offset")
+        return _View(aten.as_strided.default, base,
+                     tuple(_pop(node, kwargs, f"{prefix}_{k}") for k in keys))
+    if f"{prefix}_slice_dim" in kwargs:
+        keys = ("slice_dim", "slice_start", "slice_end")
+        return _View(aten.slice.Tensor, base,
+                     tuple(_pop(node, kwargs, f"{prefix}_{k}") for k in keys))
+    return base
+
+
+def _decode_v1(node: Node, op: Any) -> tuple[dict[str, Any], tuple[Any, ...]]:
+    kwargs = dict(node.kwargs)
+    kwargs.pop("_only_clone_these_tensors", None)
+    arguments = {arg.name: _plain_argument(node, arg, kwargs) for arg in op._schema.arguments}
+    if kwargs:
+        raise _fail(node, f"unknown keyword arguments {sorted(kwargs)}")
+    mutated = [a for a in op._schema.arguments if _mutable(a)]
+    if any(_is_tensor_list(a) for a in mutated):
+        raise _fail(node, "auto_functionalized (v1) with a mutated tensor list is not "
+                    "supported; enable torch._inductor.config.enable_auto_functionalized_v2")
+    return arguments, tuple(arguments[a.name] for a in mutated)
+
+
+def _mutated_nodes(call: _Call) -> Iterable[Node]:
+    for base in call.bases:
+        if isinstance(base, Node):
+            yield base
+
+
+def _check_old_values_unread(call: _Call, effects: Effects, index: dict[Node, int]) -> None:
+    """Raise if a node after ``call`` reads a storage it mutates (the old value)."""
+    position = index[call.node]
+    root = effects.root
+    storages = {root[b] for b in _mutated_nodes(call)}
+    for node in index:
+        if root.get(node) not in storages:
+            continue
+        for user in node.users:
+            if index[user] > position and _reads_old_value(user, node, effects):
+                raise _fail(
+                    call.node,
+                    f"node {user.name!r} reads {node.name!r} after the call, and the "
+                    "in-place call would change what it reads",
+                )
+
+
+def _reads_old_value(user: Node, value: Node, effects: Effects) -> bool:
+    if user.op == "call_function" and user.target in _METADATA_OPS:
+        return False
+    if user.op == "call_function" and user.target is aten.copy_.default:
+        # The write-back of a mutated graph input overwrites, it does not read.
+        return user.args[1] is value
+    # A view is no read of its own; its users are checked as aliases of the same storage.
+    is_view = not effects.writes[user] and effects.root[user] is effects.root[value]
+    return not is_view
+
+
+def _materialize(graph: Graph, value: Any) -> Any:
+    if isinstance(value, _View):
+        return graph.call_function(value.op, (value.base, *value.args))
+    if isinstance(value, list):
+        return [_materialize(graph, v) for v in value]
+    return value
+
+
+def _call_arguments(graph: Graph, call: _Call) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for arg in call.op._schema.arguments:
+        value = _materialize(graph, call.arguments[arg.name])
+        if arg.kwarg_only:
+            kwargs[arg.name] = value
+        else:
+            args.append(value)
+    return tuple(args), kwargs
+
+
+def _rewrite(graph: Graph, call: _Call) -> None:
+    node = call.node
+    with graph.inserting_before(node):
+        args, kwargs = _call_arguments(graph, call)
+        name = str(call.op._schema.name).split("::")[-1]
+        inplace = graph.create_node("call_function", call.op, args, kwargs, name=name)
+    inplace.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+    val = node.meta.get("val")
+    if isinstance(val, (tuple, list)) and call.num_results == 1:
+        inplace.meta["val"] = val[0]
+    for user in list(node.users):
+        _replace_output(graph, call, inplace, user)
+    graph.erase_node(node)
+
+
+def _replace_output(graph: Graph, call: _Call, inplace: Node, user: Node) -> None:
+    if user.op != "call_function" or user.target is not operator.getitem:
+        raise _fail(call.node, f"its result is used whole by {user.name!r}, not by index")
+    k = user.args[1]
+    if not isinstance(k, int):
+        raise _fail(call.node, f"{user.name!r} indexes its result with {k!r}")
+    if k >= call.num_results:
+        replacement: Any = call.bases[k - call.num_results]
+    elif call.num_results == 1:
+        if not call.op._schema.returns and user.users:
+            raise _fail(call.node, f"{user.name!r} uses the result of an op returning ()")
+        replacement = inplace
+    else:
+        with graph.inserting_after(inplace):
+            replacement = graph.call_function(operator.getitem, (inplace, k))
+    user.replace_all_uses_with(replacement)
+    graph.erase_node(user)
+
+
+def _erase_trivial_copies(graph: Graph) -> None:
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is aten.copy_.default:
+            if node.args[0] is node.args[1]:
+                node.replace_all_uses_with(node.args[0])
+                graph.erase_node(node)

@@ -1,0 +1,63 @@
+"""Happens-before facts about a scheduled graph, for tests of the scheduler itself.
+
+A deliberately small re-reading of the stream ops (independent of `msched.verify`), so the
+scheduler's tests do not trust the verifier they are meant to cross-check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch.fx import GraphModule, Node
+
+from msched.streams import interpret
+
+
+@dataclass(frozen=True)
+class Wait:
+    node: Node
+    stream: int
+    before: tuple[int, ...]
+    event: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class HappensBefore:
+    position: dict[str, tuple[int, int]]  # node name -> (stream, sequence number)
+    knows: dict[str, tuple[int, ...]]  # node name -> vector clock of its stream when it runs
+    waits: tuple[Wait, ...]
+    host_order: tuple[str, ...]
+
+    def ordered(self, before: str, after: str) -> bool:
+        stream, seq = self.position[before]
+        return self.knows[after][stream] >= seq
+
+
+def happens_before(gm: GraphModule) -> HappensBefore:
+    prog = interpret(gm)
+    n = prog.num_streams
+    vc = [[-1] * n for _ in range(n)]
+    vc[0][0] = 0
+    count = [0] * n
+    events: dict[int, tuple[int, ...]] = {}
+    position: dict[str, tuple[int, int]] = {}
+    knows: dict[str, tuple[int, ...]] = {}
+    waits: list[Wait] = []
+    for step in prog.steps:
+        s = step.stream
+        if step.node.op in ("placeholder", "get_attr"):
+            position[step.node.name] = (0, 0)
+            knows[step.node.name] = tuple(vc[0])
+        elif step.kind == "record_event":
+            events[step.arg] = tuple(vc[s])  # type: ignore[index]
+        elif step.kind == "wait_event":
+            snap = events[step.arg]  # type: ignore[index]
+            waits.append(Wait(step.node, s, tuple(vc[s]), snap))
+            vc[s] = [max(a, b) for a, b in zip(vc[s], snap, strict=True)]
+        elif step.kind == "compute":
+            count[s] += 1
+            vc[s][s] = count[s]
+            position[step.node.name] = (s, count[s])
+            knows[step.node.name] = tuple(vc[s])
+    order = tuple(step.node.name for step in prog.steps)
+    return HappensBefore(position, knows, tuple(waits), order)

@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.fx import Graph
+
+import msched
+
+from .graphs import eagle3_graph, hazard_graph, module
+
+aten = torch.ops.aten
+
+
+@pytest.mark.parametrize("positional", [False, True])
+def test_output_depends_on_the_capture_with_reason_exit(positional: bool) -> None:
+    gm, nodes = eagle3_graph(positional=positional)
+    dag = msched.build_dag(gm)
+    out = dag.output
+    deps = dag.dependencies(out)
+    assert deps[nodes["capture"]] == {"exit"}
+    assert deps[nodes["out"]] == {"data"}
+    dest = next(n for n in gm.graph.nodes if n.name == "dest")
+    assert dag.dependencies(nodes["capture"]) == {nodes["a"]: {"data"}, dest: {"data"}}
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"), [("war", "war"), ("raw", "raw"), ("waw", "waw")]
+)
+def test_hazards_between_independent_branches(kind: str, reason: str) -> None:
+    gm, nodes = hazard_graph(kind)
+    deps = msched.build_dag(gm).dependencies(nodes["second"])
+    assert reason in deps[nodes["first"]]
+
+
+def test_last_write_of_each_storage_and_unused_side_effects_join_the_exit() -> None:
+    g = Graph()
+    x, dest = g.placeholder("x"), g.placeholder("dest")
+    first = g.call_function(aten.copy_.default, (dest, x))
+    second = g.call_function(aten.add_.Tensor, (dest, x))
+    dead = g.call_function(aten.relu.default, (x,))
+    prints = g.call_function(torch._assert, (True, "side effect"))
+    g.output(x)
+    dag = msched.build_dag(g)
+    exit_deps = dag.dependencies(dag.output)
+    assert exit_deps[second] == {"exit"}
+    assert exit_deps[first] == {"exit"}  # a side effect without users, as well as a write
+    assert dag.dependencies(second)[first] == {"raw", "waw"}  # add_ reads dest too
+    assert exit_deps[dead] == {"exit"}
+    assert exit_deps[prints] == {"exit"}
+
+
+def _log(message: str) -> None:
+    print(message)
+
+
+def test_side_effects_that_write_no_tensor_keep_their_order() -> None:
+    msched.register_side_effect(_log)
+    g = Graph()
+    x = g.placeholder("x")
+    a = g.call_function(_log, ("a",))
+    b = g.call_function(_log, ("b",))
+    g.output(x)
+    dag = msched.build_dag(g)
+    assert dag.dependencies(b) == {a: {"waw"}}
+
+
+def test_dependencies_of_a_foreign_node_is_an_error() -> None:
+    gm, _ = eagle3_graph()
+    other, nodes = eagle3_graph()
+    with pytest.raises(msched.MschedError, match="not in this graph"):
+        msched.build_dag(gm).dependencies(nodes["capture"])
+
+
+def test_graph_without_output_is_rejected() -> None:
+    g = Graph()
+    g.placeholder("x")
+    with pytest.raises(msched.InvalidGraphError, match="no output"):
+        msched.build_dag(g)

@@ -1,0 +1,284 @@
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch.fx import GraphModule
+
+import msched
+from msched.decoder import decoder_stack
+
+from .graphs import eagle3_graph, eagle3_inputs, hazard_graph
+from .hb import happens_before
+
+STREAM_OPS = set(msched.ops.STREAM_OPS)
+STACKS = [(6, (1, 3, 5)), (6, (1, 3, 4)), (12, (1, 5, 11)), (12, (1, 5, 8))]
+
+
+def stream_op_nodes(gm: GraphModule, op: object | None = None) -> list[torch.fx.Node]:
+    targets = STREAM_OPS if op is None else {op}
+    return [n for n in gm.graph.nodes if n.op == "call_function" and n.target in targets]
+
+
+def names(gm: GraphModule) -> list[str]:
+    return [n.name for n in gm.graph.nodes]
+
+
+def test_eagle3_capture_runs_before_output_and_output_waits_for_it() -> None:
+    gm, nodes = eagle3_graph()
+    x, w, dest = eagle3_inputs()
+    expected_dest = dest.clone()
+    expected = gm(x, w, expected_dest)
+    sched = msched.schedule(gm, 2)
+    order = names(gm)
+    assert order.index("capture") < order.index("output")
+    assert sched.stream_of(nodes["capture"]) == 1  # this graph puts it on the aux stream
+    hb = happens_before(gm)
+    waits_on_0 = [w for w in hb.waits if w.stream == 0]
+    joining = [
+        w for w in waits_on_0 if w.event[1] >= hb.position["capture"][1] > w.before[1]
+    ]
+    assert joining, "no wait on stream 0 joins the capture"
+    assert order.index(joining[0].node.name) < order.index("output")
+    got = gm(x, w, dest)
+    assert torch.equal(got, expected) and torch.equal(dest, expected_dest)
+
+
+@pytest.mark.parametrize("streams", [2, 3])
+@pytest.mark.parametrize(("layers", "captures"), STACKS)
+def test_decoder_stack_keeps_every_capture(layers: int, captures: tuple[int, ...], streams: int) -> None:
+    stack = decoder_stack(layers, captures, moe=layers == 12)
+    expected_out, expected_dest = stack.reference()
+    sched = msched.schedule(stack.gm, streams)
+    order = names(stack.gm)
+    hb = happens_before(stack.gm)
+    for cap in stack.captures:
+        assert order.index(cap.name) < order.index("output")
+        assert hb.ordered(cap.name, "output"), f"output does not happen after {cap.name}"
+    stack.gm.recompile()
+    lines = stack.gm.code.splitlines()
+    ret = next(i for i, line in enumerate(lines) if line.strip().startswith("return"))
+    for cap in stack.captures:
+        line = next(i for i, text in enumerate(lines) if text.strip().startswith(f"{cap.name} = "))
+        assert line < ret
+    x, dest = stack.example_inputs()
+    out = stack.gm(x, dest)
+    assert torch.equal(out, expected_out)
+    assert torch.equal(dest, expected_dest)
+    assert sched.makespan >= sched.lower_bound > 0
+
+
+def test_positional_captures_schedule_like_keyword_captures() -> None:
+    by_kw = decoder_stack(12, (1, 5, 11), capture_kwargs=True)
+    by_pos = decoder_stack(12, (1, 5, 11), capture_kwargs=False)
+    s_kw, s_pos = msched.schedule(by_kw.gm, 3), msched.schedule(by_pos.gm, 3)
+    assert names(by_kw.gm) == names(by_pos.gm)
+    assert [s_kw.stream_of(n) for n in by_kw.captures] == [s_pos.stream_of(n) for n in by_pos.captures]
+    x, dest = by_pos.example_inputs()
+    by_pos.gm(x, dest)
+    assert torch.equal(dest, by_kw.reference()[1])
+
+
+@pytest.mark.parametrize("kind", ["war", "raw", "waw"])
+def test_hazards_are_ordered_across_streams(kind: str) -> None:
+    split = []
+    for streams in (2, 3, 4):
+        gm, nodes = hazard_graph(kind)
+        x, w = torch.randn(4, 4), torch.randn(4, 4)
+        expected = gm(x.clone(), w)
+        sched = msched.schedule(gm, streams)
+        hb = happens_before(gm)
+        first, second = nodes["first"].name, nodes["second"].name
+        assert hb.ordered(first, second), f"{kind}: {first} and {second} race on {streams} streams"
+        split.append(sched.stream_of(nodes["first"]) != sched.stream_of(nodes["second"]))
+        got = gm(x.clone(), w)
+        assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+    assert any(split), "the hazard pair never landed on two streams: the test has no teeth"
+
+
+def test_one_stream_keeps_order_and_adds_nothing() -> None:
+    stack = decoder_stack(6, (1, 3, 5))
+    before, code = names(stack.gm), stack.gm.code
+    sched = msched.schedule(stack.gm, 1)
+    assert names(stack.gm) == before and stack.gm.code == code
+    assert not stream_op_nodes(stack.gm)
+    assert sched.num_events == sched.num_waits == 0
+    assert {sched.stream_of(n) for n in stack.gm.graph.nodes} == {0}
+
+
+def test_scheduled_module_runs_without_recompile_and_keeps_names() -> None:
+    stack = decoder_stack(6, (1, 3, 5), moe=True)
+    original_nodes = list(stack.gm.graph.nodes)
+    before = [n.name for n in original_nodes]
+    expected_out, expected_dest = stack.reference()
+    sched = msched.schedule(stack.gm, 3)
+    assert "torch.ops.msched.wait_event" in stack.gm.code
+    kept = [n for n in stack.gm.graph.nodes if n.target not in STREAM_OPS]
+    assert sorted(n.name for n in kept) == sorted(before)
+    assert set(kept) == set(original_nodes)  # the same Node objects, rewired in place
+    x, dest = stack.example_inputs()
+    assert torch.equal(stack.gm(x, dest), expected_out) and torch.equal(dest, expected_dest)
+    assert sched.num_waits == len(stream_op_nodes(stack.gm, msched.ops.wait_event))
+    records = stream_op_nodes(stack.gm, msched.ops.record_event)
+    assert sched.num_events == len({n.args[0] for n in records}) == len(records)
+    assert [n.name for n in sched.original.graph.nodes] == before
+    assert not any(n.target in STREAM_OPS for n in sched.original.graph.nodes)
+
+
+@pytest.mark.parametrize("streams", [2, 3, 4])
+@pytest.mark.parametrize(("layers", "captures"), STACKS[::2])
+def test_every_wait_orders_a_dependency_nothing_earlier_orders(
+    layers: int, captures: tuple[int, ...], streams: int
+) -> None:
+    stack = decoder_stack(layers, captures, moe=True)
+    sched = msched.schedule(stack.gm, streams)
+    dag = msched.build_dag(sched.original)
+    hb = happens_before(stack.gm)
+    first_on = _first_node_per_stream(stack.gm, hb)
+    for wait in hb.waits:
+        later = _later_on_stream(stack.gm, hb, wait)
+        needed = [
+            (dep.name, node)
+            for node in later
+            for dep in dag.dependencies(_by_name(dag, node))
+            if _newly_ordered(hb, wait, dep.name)
+        ]
+        entry = any(first_on.get(wait.stream) == node for node in later) and (
+            wait.before[0] < 0 <= wait.event[0]
+        )
+        assert needed or entry, f"{wait.node.name} on stream {wait.stream} orders nothing new"
+    assert hb.waits and sched.num_waits == len(hb.waits)
+
+
+def _by_name(dag: msched.Dag, name: str) -> torch.fx.Node:
+    return next(n for n in dag.nodes if n.name == name)
+
+
+def _newly_ordered(hb, wait, dep: str) -> bool:  # type: ignore[no-untyped-def]
+    stream, seq = hb.position[dep]
+    return stream != wait.stream and wait.before[stream] < seq <= wait.event[stream]
+
+
+def _later_on_stream(gm: GraphModule, hb, wait) -> list[str]:  # type: ignore[no-untyped-def]
+    start = hb.host_order.index(wait.node.name)
+    return [
+        name
+        for name in hb.host_order[start + 1 :]
+        if name in hb.position and hb.position[name][0] == wait.stream
+        and not name.startswith(("x", "dest"))
+    ]
+
+
+def _first_node_per_stream(gm: GraphModule, hb) -> dict[int, str]:  # type: ignore[no-untyped-def]
+    first: dict[int, str] = {}
+    for name in hb.host_order:
+        if name in hb.position and hb.position[name][1] > 0:
+            first.setdefault(hb.position[name][0], name)
+    return first
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import msched
+    from msched.decoder import decoder_stack
+    stack = decoder_stack(6, (1, 3, 5), moe=True)
+    msched.schedule(stack.gm, 3)
+    print(stack.gm.code)
+    """
+)
+
+
+def test_same_graph_gives_byte_identical_code_across_processes_and_hash_seeds() -> None:
+    outputs = []
+    for seed in ("0", "12345"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        run = subprocess.run(
+            [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, check=True
+        )
+        outputs.append(run.stdout)
+    assert outputs[0] == outputs[1]
+    assert "wait_event" in outputs[0]
+
+
+def _without_output() -> GraphModule:
+    gm, _ = eagle3_graph()
+    gm.graph.erase_node(next(n for n in gm.graph.nodes if n.op == "output"))
+    return gm
+
+
+def _node_after_output() -> GraphModule:
+    gm, nodes = eagle3_graph()
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    out.append(nodes["capture"])
+    return gm
+
+
+@pytest.mark.parametrize(
+    ("make", "streams", "error", "match"),
+    [
+        (lambda: eagle3_graph()[0], 0, msched.InvalidArgumentError, "num_streams must be >= 1"),
+        (lambda: eagle3_graph()[0], -2, msched.InvalidArgumentError, "num_streams must be >= 1"),
+        (lambda: eagle3_graph()[0], 2.0, msched.InvalidArgumentError, "must be an int"),
+        (lambda: eagle3_graph()[0], "2", msched.InvalidArgumentError, "must be an int"),
+        (lambda: eagle3_graph()[0], True, msched.InvalidArgumentError, "must be an int"),
+        (_without_output, 2, msched.InvalidGraphError, "no output"),
+        (_node_after_output, 2, msched.InvalidGraphError, "nodes after output: capture"),
+    ],
+)
+def test_bad_input_raises_and_leaves_the_graph_untouched(make, streams, error, match) -> None:  # type: ignore[no-untyped-def]
+    gm = make()
+    before = [(n.name, n.op, n.target, n.args, dict(n.kwargs)) for n in gm.graph.nodes]
+    with pytest.raises(error, match=match):
+        msched.schedule(gm, streams)
+    assert [(n.name, n.op, n.target, n.args, dict(n.kwargs)) for n in gm.graph.nodes] == before
+
+
+@pytest.mark.parametrize("thing", [torch.nn.Linear(2, 2), torch.fx.Graph(), "gm"])
+def test_non_graph_module_is_rejected(thing: object) -> None:
+    with pytest.raises(msched.MschedError, match="expects a torch.fx.GraphModule"):
+        msched.schedule(thing, 2)  # type: ignore[arg-type]
+
+
+def test_already_scheduled_graph_is_rejected() -> None:
+    gm, _ = eagle3_graph()
+    msched.schedule(gm, 2)
+    code = gm.code
+    with pytest.raises(msched.InvalidGraphError, match="already scheduled"):
+        msched.schedule(gm, 2)
+    assert gm.code == code
+
+
+def test_failure_while_rewriting_restores_the_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = importlib.import_module("msched.schedule")
+    gm, _ = eagle3_graph()
+    before, code = names(gm), gm.code
+
+    real_relink = module.relink
+    calls = []
+
+    def broken_relink(graph, order):  # type: ignore[no-untyped-def]
+        calls.append(order)
+        if len(calls) > 1:  # the restore after the failure
+            return real_relink(graph, order)
+        order[-1].prepend(order[3])
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(module, "relink", broken_relink)
+    with pytest.raises(RuntimeError, match="disk full"):
+        msched.schedule(gm, 2)
+    assert names(gm) == before and gm.code == code
+
+
+def test_bad_cost_model_is_rejected_by_name() -> None:
+    class Negative:
+        def cost(self, node: torch.fx.Node) -> float:
+            return -1.0
+
+    gm, _ = eagle3_graph()
+    with pytest.raises(msched.InvalidArgumentError, match="Negative gave -1.0"):
+        msched.schedule(gm, 2, cost_model=Negative())
