@@ -2,7 +2,9 @@
 
 For each size this prints: nodes; the time of `msched.schedule` until the module's code shows
 the schedule; the floor measured in the same run (a bare ``Graph.graph_copy`` of the same graph
-plus generating its code); their ratio; events; waits per node; stream-op nodes per node;
+plus generating its module code, i.e. ``GraphModule(root, copy)``, which generates and compiles
+the source as ``recompile`` does); their ratio, and the ratio against a floor that only generates
+the source text; events; waits per node; stream-op nodes per node;
 makespan / lower bound; and the single-stream cost.  Times are medians of several runs with the
 garbage collector collected and disabled around each measurement.
 
@@ -16,8 +18,9 @@ import gc
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 
-from torch.fx import Graph
+from torch.fx import Graph, GraphModule
 
 import msched
 from msched.decoder import decoder_stack
@@ -36,20 +39,33 @@ def timed(fn: Callable[[], object]) -> float:
         gc.enable()
 
 
-def floor(graph: Graph) -> None:
+def floor(gm: GraphModule) -> None:
+    """A bare copy of the graph plus generating its module code (what ``recompile`` does)."""
     copy = Graph()
-    copy.output(copy.graph_copy(graph, {}))
+    copy.output(copy.graph_copy(gm.graph, {}))
+    GraphModule(gm, copy)
+
+
+def floor_source_only(gm: GraphModule) -> None:
+    """A bare copy plus generating the source text only (no Python compile)."""
+    copy = Graph()
+    copy.output(copy.graph_copy(gm.graph, {}))
     copy.python_code("self")
 
 
+def _schedule_into(box: list[msched.Schedule], gm: GraphModule, streams: int) -> None:
+    box.append(msched.schedule(gm, streams))
+
+
 def measure(layers: int, streams: int, repeat: int) -> dict[str, float]:
-    sched_times, floor_times = [], []
+    sched_times, floor_times, source_times = [], [], []
     sched = None
     for _ in range(repeat):
-        stack = decoder_stack(layers, (1, layers // 2, layers - 1), moe=True)
-        floor_times.append(timed(lambda: floor(stack.gm.graph)))
+        gm = decoder_stack(layers, (1, layers // 2, layers - 1), moe=True).gm
+        floor_times.append(timed(partial(floor, gm)))
+        source_times.append(timed(partial(floor_source_only, gm)))
         box: list[msched.Schedule] = []
-        sched_times.append(timed(lambda: box.append(msched.schedule(stack.gm, streams))))
+        sched_times.append(timed(partial(_schedule_into, box, gm, streams)))
         sched = box[0]
         assert "msched.set_stream" in sched.gm.code
     assert sched is not None
@@ -62,6 +78,7 @@ def measure(layers: int, streams: int, repeat: int) -> dict[str, float]:
         "schedule_ms": t_sched * 1e3,
         "floor_ms": t_floor * 1e3,
         "ratio": t_sched / t_floor,
+        "ratio_vs_src": t_sched / statistics.median(source_times),
         "events": sched.num_events,
         "waits/node": sched.num_waits / nodes,
         "streamops/node": ops / nodes,
@@ -81,7 +98,11 @@ def main() -> None:
     print(f"msched.schedule, {args.streams} streams, median of {args.repeat}")
     print("  ".join(f"{c:>14}" for c in cols))
     for row in rows:
-        print("  ".join(f"{row[c]:>14.3f}" if isinstance(row[c], float) else f"{row[c]:>14}" for c in cols))
+        print(
+            "  ".join(
+                f"{row[c]:>14.3f}" if isinstance(row[c], float) else f"{row[c]:>14}" for c in cols
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -88,8 +88,8 @@ def bottom_levels(dag: Dag, cost: dict[Node, float]) -> dict[Node, float]:
     level: dict[Node, float] = {}
     succs = dag.succs
     for node in reversed(dag.nodes):
-        below = [level[s] for s in succs[node]]
-        level[node] = cost[node] + (max(below) if below else 0.0)
+        below = succs[node]
+        level[node] = cost[node] + (max([level[s] for s in below]) if below else 0.0)
     return level
 
 
@@ -104,10 +104,7 @@ def assign_streams(dag: Dag, num_streams: int, cost_model: CostModel) -> Assignm
        with one, else the stream whose gap opens first.
     4. Graph inputs are ready at time 0 on stream 0; ``output`` runs on stream 0 last.
     """
-    cost = {n: _checked_cost(cost_model, n) for n in dag.nodes}
-    for node in dag.nodes:
-        if node.op in _INPUT_OPS or node is dag.output:
-            cost[node] = 0.0
+    cost = _costs(dag, cost_model)
     level = bottom_levels(dag, cost)
     stream: dict[Node, int] = {}
     start: dict[Node, float] = {}
@@ -133,16 +130,24 @@ def assign_streams(dag: Dag, num_streams: int, cost_model: CostModel) -> Assignm
     )
 
 
-def _checked_cost(model: CostModel, node: Node) -> float:
+def _costs(dag: Dag, model: CostModel) -> dict[Node, float]:
+    """Every node's cost; graph inputs and ``output`` cost nothing."""
     from msched.errors import InvalidArgumentError
 
-    value = float(model.cost(node))
-    if not value >= 0.0 or value == float("inf"):
-        raise InvalidArgumentError(
-            f"cost model {type(model).__name__} gave {value!r} for node {node.name!r}; "
-            "costs must be finite and non-negative"
-        )
-    return value
+    cost: dict[Node, float] = {}
+    out = dag.output
+    for node in dag.nodes:
+        if node.op in _INPUT_OPS or node is out:
+            cost[node] = 0.0
+            continue
+        value = float(model.cost(node))
+        if not 0.0 <= value < float("inf"):
+            raise InvalidArgumentError(
+                f"cost model {type(model).__name__} gave {value!r} for node {node.name!r}; "
+                "costs must be finite and non-negative"
+            )
+        cost[node] = value
+    return cost
 
 
 def _list_schedule(
@@ -156,7 +161,9 @@ def _list_schedule(
 ) -> list[Node]:
     index, preds, succs, out = dag.index, dag.preds, dag.succs, dag.output
     waiting = {n: sum(1 for d in preds[n] if d.op not in _INPUT_OPS) for n in dag.nodes}
-    ready = [(-level[n], index[n], n) for n in dag.nodes if n.op not in _INPUT_OPS and not waiting[n]]
+    ready = [
+        (-level[n], index[n], n) for n in dag.nodes if n.op not in _INPUT_OPS and not waiting[n]
+    ]
     heapq.heapify(ready)
     lanes = [_Lane() for _ in range(num_streams)]
     picked: list[Node] = []

@@ -41,17 +41,24 @@ def _op_name(node: Node) -> str:
     return str(getattr(target, "__name__", target)).lower()
 
 
-def _is_free(node: Node) -> bool:
+def _free_target(node: Node) -> bool:
+    """Whether every call of this node's target is free (views, getitem, symbolic ints)."""
     if node.op in _FREE_OPS or node.target is operator.getitem:
         return True
     info = _op_info(node)
     if info is not None and info.view_of_first:
         return True
     name = _op_name(node)
-    if name.startswith("sym_") or name in _VIEW_NAMES:
-        return True
+    return name.startswith("sym_") or name in _VIEW_NAMES
+
+
+def _symbolic_value(node: Node) -> bool:
     val = node.meta.get("val")
     return isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool))
+
+
+def _is_free(node: Node) -> bool:
+    return _free_target(node) or _symbolic_value(node)
 
 
 def _table_kind(name: str) -> str:
@@ -71,13 +78,14 @@ class DefaultCostModel:
         self._by_target: dict[Any, float] = {}
 
     def cost(self, node: Node) -> float:
-        if _is_free(node):
-            return 0.0
         key = (node.op, node.target)
         value = self._by_target.get(key)
         if value is None:
-            value = self.TABLE[_table_kind(_op_name(node))]
+            free = _free_target(node)
+            value = 0.0 if free else self.TABLE[_table_kind(_op_name(node))]
             self._by_target[key] = value
+        if value and node.meta and _symbolic_value(node):
+            return 0.0
         return value
 
 

@@ -18,6 +18,8 @@ standing for the world outside the graph.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from torch.fx import Graph, GraphModule, Node
@@ -33,6 +35,22 @@ REASONS: tuple[tuple[int, str], ...] = (
     (WAW, "waw"),
     (EXIT, "exit"),
 )
+
+
+# Private, for ablation tests only: with False, build_dag adds no exit edges (the bug msched
+# exists to prevent).  Use `_without_exit_edges()`; nothing else may read or set it.
+_EXIT_EDGES = True
+
+
+@contextlib.contextmanager
+def _without_exit_edges() -> Iterator[None]:
+    """Ablation hook for tests: `build_dag` adds no exit edges inside the block."""
+    global _EXIT_EDGES
+    saved, _EXIT_EDGES = _EXIT_EDGES, False
+    try:
+        yield
+    finally:
+        _EXIT_EDGES = saved
 
 
 def reason_names(mask: int) -> set[str]:
@@ -117,16 +135,23 @@ def build_dag(gm: GraphModule | Graph) -> Dag:
     last_write: dict[Node, Node] = {}
     reads_since: dict[Node, list[Node]] = {}
     world: list[Node] = []  # last side effect that writes no graph tensor
+    # Only storages that something writes can take part in a hazard.
+    written = {s for targets in effects.writes.values() for s in targets}
+    side_effects = effects.side_effects
     for node in nodes:
         deps = dict.fromkeys(node.all_input_nodes, DATA)
-        _add_read_edges(node, effects.reads[node], deps, last_write, reads_since)
-        _add_write_edges(node, effects.writes[node], deps, last_write, reads_since)
-        if node in effects.side_effects and not effects.writes[node] and node is not out:
+        hazardous = [s for s in effects.reads[node] if s in written]
+        if hazardous:
+            _add_read_edges(node, hazardous, deps, last_write, reads_since)
+        if effects.writes[node]:
+            _add_write_edges(node, effects.writes[node], deps, last_write, reads_since)
+        if node in side_effects and not effects.writes[node] and node is not out:
             if world:
                 deps[world[0]] = deps.get(world[0], 0) | WAW
             world[:] = [node]
         preds[node] = deps
-    _add_exit_edges(out, nodes, preds[out], effects, last_write)
+    if _EXIT_EDGES:
+        _add_exit_edges(out, nodes, preds[out], effects, last_write)
     succs: dict[Node, list[Node]] = {n: [] for n in nodes}
     for node in nodes:
         for dep in preds[node]:
@@ -136,7 +161,7 @@ def build_dag(gm: GraphModule | Graph) -> Dag:
 
 def _add_read_edges(
     node: Node,
-    storages: tuple[Node, ...],
+    storages: list[Node],
     deps: dict[Node, int],
     last_write: dict[Node, Node],
     reads_since: dict[Node, list[Node]],

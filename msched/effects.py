@@ -127,7 +127,9 @@ def _overload_info(op: Any) -> _OpInfo:
     schema = op._schema
     args = schema.arguments
     writes = tuple(
-        (i, a.name) for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write
+        (i, a.name)
+        for i, a in enumerate(args)
+        if a.alias_info is not None and a.alias_info.is_write
     )
     registered = _REGISTERED_MUTATIONS.get(op) or _REGISTERED_MUTATIONS.get(op.overloadpacket)
     if registered:
@@ -153,6 +155,7 @@ def _overload_info(op: Any) -> _OpInfo:
         or op in _REGISTERED_SIDE_EFFECTS
         or op.overloadpacket in _REGISTERED_SIDE_EFFECTS
         or op in torch.fx.node._side_effectful_functions
+        or _torch_says_impure(op)
     )
     return _OpInfo(
         writes=writes,
@@ -186,16 +189,29 @@ def _callable_info(fn: Any) -> _OpInfo:
         name.endswith("_") and not name.startswith("_") and hasattr(torch.Tensor, name)
     ):
         writes = ((0, "self"),)
-    view = not writes and name in _VIEW_NAMES and (
-        getattr(fn, "__module__", None) in ("torch", "torch.functional")
-        or getattr(torch.Tensor, name, None) is fn
+    view = (
+        not writes
+        and name in _VIEW_NAMES
+        and (
+            getattr(fn, "__module__", None) in ("torch", "torch.functional")
+            or getattr(torch.Tensor, name, None) is fn
+        )
     )
     side = (
         bool(writes)
         or fn in _REGISTERED_SIDE_EFFECTS
         or fn in torch.fx.node._side_effectful_functions
+        or _torch_says_impure(fn)
     )
     return _OpInfo(writes=writes, view_of_first=view, side_effect=side)
+
+
+def _torch_says_impure(target: Any) -> bool:
+    """torch.fx's own purity rule (mutable schema, effectful or random ops), per target."""
+    try:
+        return bool(torch._library.utils.is_impure(target))
+    except Exception:  # a target torch cannot classify: rely on our own rules
+        return False
 
 
 def _method_info(name: str) -> _OpInfo:
@@ -272,37 +288,43 @@ def compute_effects(graph: Graph) -> Effects:
     writes: dict[Node, tuple[Node, ...]] = {}
     side: list[Node] = []
     for node in graph.nodes:
+        if node.op in _INPUT_OPS:
+            root[node], reads[node], writes[node] = node, (), ()
+            continue
         info = _op_info(node)
         root[node] = _root_of(node, info, root)
-        inputs = node.all_input_nodes
-        if info is not None and info.view_of_first:
-            reads[node] = ()
-        else:
-            reads[node] = tuple(dict.fromkeys(root[i] for i in inputs))
-        written: tuple[Node, ...] = ()
-        if info is not None and info.writes:
-            targets = (
-                root[n]
-                for pos, name in info.writes
-                for n in _nodes_in(_argument(node, pos, name))
-            )
-            written = tuple(dict.fromkeys(targets))
+        reads[node] = _reads(node, info, root)
+        written = _writes(node, info, root) if info is not None and info.writes else ()
         writes[node] = written
-        if written or (info is not None and info.side_effect) or _is_impure(node, info):
+        if written or (info is not None and info.side_effect) or _is_impure(node):
             side.append(node)
     return Effects(root, reads, writes, frozenset(side))
 
 
-def _is_impure(node: Node, info: _OpInfo | None) -> bool:
-    if node.op == "call_module":
-        try:
-            return node.is_impure()
-        except Exception:  # a submodule fx cannot inspect: assume it is pure, like DCE does
-            return False
-    if node.op != "call_function" or info is None:
+_INPUT_OPS = ("placeholder", "get_attr")
+
+
+def _reads(node: Node, info: _OpInfo | None, root: dict[Node, Node]) -> tuple[Node, ...]:
+    if info is not None and info.view_of_first:
+        return ()
+    inputs = node.all_input_nodes
+    if len(inputs) == 1:
+        return (root[inputs[0]],)
+    return tuple(dict.fromkeys([root[i] for i in inputs]))
+
+
+def _writes(node: Node, info: _OpInfo, root: dict[Node, Node]) -> tuple[Node, ...]:
+    targets = [root[n] for pos, name in info.writes for n in _nodes_in(_argument(node, pos, name))]
+    return tuple(dict.fromkeys(targets))
+
+
+def _is_impure(node: Node) -> bool:
+    if node.op != "call_module":
         return False
-    target = node.target
-    return isinstance(target, (_OpOverload, _OpOverloadPacket)) and bool(node.is_impure())
+    try:
+        return bool(node.is_impure())
+    except Exception:  # a submodule fx cannot inspect: assume it is pure, like DCE does
+        return False
 
 
 def _root_of(node: Node, info: _OpInfo | None, root: dict[Node, Node]) -> Node:

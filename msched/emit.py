@@ -30,8 +30,13 @@ from msched import ops
 from msched.assign import Assignment
 from msched.dag import Dag
 from msched.effects import produces_tensor
+from msched.lifetimes import unsafe_cross_stream_uses
 
 _INPUT_OPS = ("placeholder", "get_attr")
+
+# Emit ``record_stream`` only where `msched.lifetimes` finds a reuse race (False: on every
+# cross-stream use).  Must agree with what `msched.verify` checks.
+PRUNE_RECORD_STREAMS = False
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,7 @@ class _Emitter:
         self.snap: dict[Node, tuple[int, ...]] = {}
         self.event_of: dict[Node, int] = {}
         self.after: dict[Node, Node] = {}
+        self.before: dict[Node, list[Node]] = {}
         self.recorded: set[tuple[Node, int]] = set()
         self.started = [True] + [False] * (n - 1)
         self.body: list[Node] = []
@@ -130,6 +136,8 @@ class _Emitter:
                 self._join(s, self.snap[dep])
 
     def _record_uses(self, node: Node, s: int) -> None:
+        if PRUNE_RECORD_STREAMS:
+            return
         stream = self.a.stream
         for value in node.all_input_nodes:
             if stream[value] == s or (value, s) in self.recorded:
@@ -153,11 +161,33 @@ class _Emitter:
         self.vc[s][s] = self.seq_count[s]
         self.snap[node] = tuple(self.vc[s])
 
-    def finish(self, output: Node) -> None:
+    def finish(self, output: Node, preamble: list[Node]) -> None:
         self._switch(0)
         self._wait_for(0, self.dag.preds[output])
         self._record_uses(output, 0)
         self.stream[output] = 0
+        if PRUNE_RECORD_STREAMS:
+            self._record_unsafe_uses(output, preamble)
+
+    def _record_unsafe_uses(self, output: Node, preamble: list[Node]) -> None:
+        """Add ``record_stream`` before the first use of each storage that needs one."""
+        order = preamble + [n for n in self.body if n in self.seq]
+        unsafe = unsafe_cross_stream_uses(
+            order,
+            output,
+            self.stream,
+            self.seq,
+            self.snap,
+            self.dag.effects.root,
+            produces_tensor,
+        )
+        for use in unsafe:
+            record = self.graph.create_node(
+                "call_function", ops.record_stream, (use.tensor, use.stream), name="record_stream"
+            )
+            self.added.append(record)
+            self.stream[record] = use.stream
+            self.before.setdefault(use.user, []).append(record)
 
 
 def _preamble(dag: Dag, a: Assignment) -> list[Node]:
@@ -217,7 +247,7 @@ def plan_emission(graph: Graph, dag: Dag, a: Assignment) -> Emission:
         em.emit(node, a.stream[node])
         mark_done(node)
         remaining -= 1
-    em.finish(dag.output)
+    em.finish(dag.output, pre)
     order = _link_order(em, inputs, pre, dag.output)
     return Emission(
         order=tuple(order),
@@ -232,8 +262,9 @@ def _link_order(em: _Emitter, inputs: list[Node], pre: list[Node], output: Node)
     order = inputs + pre
     if em.entry is not None:
         order.append(em.entry)
-    after = em.after
+    after, before = em.after, em.before
     for node in em.body:
+        order.extend(before.get(node, ()))
         order.append(node)
         record = after.get(node)
         if record is not None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from torch.fx import Graph, GraphModule, Node
+from torch.fx.node import map_arg
 
 from msched import ops
 from msched.assign import Assignment, assign_streams
@@ -34,7 +36,7 @@ class Schedule:
     makespan: float
     lower_bound: float
     assignment: Assignment = field(repr=False)
-    _original_graph: Graph = field(repr=False)
+    _snapshot: _GraphSnapshot = field(repr=False)
 
     def stream_of(self, node: Node | str) -> int:
         """The stream ``node`` (or the node named so) runs on; stream ops report their stream."""
@@ -49,15 +51,44 @@ class Schedule:
 
     @cached_property
     def original(self) -> GraphModule:
-        """The input graph, unscheduled, as a module of its own (built on first use)."""
-        return GraphModule(self.gm, self._original_graph, self.gm.__class__.__name__)
+        """The input graph, unscheduled, as a module of its own.
+
+        Built on first use from a snapshot taken before scheduling (about the cost of one
+        ``Graph.graph_copy``), so callers that never look at it do not pay for it.
+        """
+        return GraphModule(self.gm, self._snapshot.graph(), self.gm.__class__.__name__)
 
 
-def _copy_graph(graph: Graph) -> Graph:
-    copy = Graph()
-    out = copy.graph_copy(graph, {})
-    copy.output(out)
-    return copy
+@dataclass(frozen=True)
+class _GraphSnapshot:
+    """Enough of a graph to rebuild a copy of it later, whatever happens to the nodes."""
+
+    rows: tuple[tuple[Node, str, Any, Any, Any, Any, dict[str, Any]], ...]
+    codegen: Any
+
+    @classmethod
+    def of(cls, graph: Graph) -> _GraphSnapshot:
+        rows = tuple(
+            (n, n.op, n.target, n.args, n.kwargs, n.type, dict(n.meta)) for n in graph.nodes
+        )
+        return cls(rows, graph._codegen)
+
+    def graph(self) -> Graph:
+        copy = Graph()
+        copy._codegen = self.codegen
+        env: dict[Node, Node] = {}
+        for node, op, target, args, kwargs, type_, meta in self.rows:
+            new = copy.create_node(
+                op,
+                target,
+                map_arg(args, env.__getitem__),
+                map_arg(kwargs, env.__getitem__),
+                name=node.name,
+                type_expr=type_,
+            )
+            new.meta = dict(meta)
+            env[node] = new
+        return copy
 
 
 def _check_arguments(gm: object, num_streams: object, cost_model: object) -> None:
@@ -79,7 +110,9 @@ def _check_arguments(gm: object, num_streams: object, cost_model: object) -> Non
 
 
 def _check_unscheduled(graph: Graph) -> None:
-    stream_ops = [n.name for n in graph.nodes if n.op == "call_function" and n.target in ops.STREAM_OPS]
+    stream_ops = [
+        n.name for n in graph.nodes if n.op == "call_function" and n.target in ops.STREAM_OPS
+    ]
     if stream_ops:
         shown = ", ".join(stream_ops[:3]) + (", ..." if len(stream_ops) > 3 else "")
         raise InvalidGraphError(
@@ -88,7 +121,9 @@ def _check_unscheduled(graph: Graph) -> None:
         )
 
 
-def schedule(gm: GraphModule, num_streams: int = 2, cost_model: CostModel | None = None) -> Schedule:
+def schedule(
+    gm: GraphModule, num_streams: int = 2, cost_model: CostModel | None = None
+) -> Schedule:
     """Schedule ``gm`` onto ``num_streams`` streams, rewriting ``gm.graph`` in place.
 
     Why: the graph exit depends on the last write of every in-place target, so captures into
@@ -107,7 +142,7 @@ def schedule(gm: GraphModule, num_streams: int = 2, cost_model: CostModel | None
     dag = build_dag(gm)
     _check_unscheduled(graph)
     assignment = assign_streams(dag, num_streams, cost_model or DefaultCostModel())
-    original = _copy_graph(graph)
+    original = _GraphSnapshot.of(graph)
     if num_streams == 1:
         streams: dict[Node, int] = dict.fromkeys(dag.nodes, 0)
         events = waits = 0
@@ -122,7 +157,7 @@ def schedule(gm: GraphModule, num_streams: int = 2, cost_model: CostModel | None
         makespan=assignment.makespan,
         lower_bound=assignment.lower_bound,
         assignment=assignment,
-        _original_graph=original,
+        _snapshot=original,
     )
 
 

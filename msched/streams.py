@@ -9,7 +9,7 @@ stream op does; `msched.verify`, the simulator and the renderers all start from 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.fx import Graph, GraphModule, Node
@@ -47,8 +47,10 @@ class Dialect:
         """The dialect of ``torch.ops.<namespace>``; its ops are looked up on first use."""
         if not namespace or not namespace.isidentifier():
             raise InvalidArgumentError(f"not an op namespace: {namespace!r}")
-        names = [f"{namespace}::{k}" for k in KINDS]
-        return cls(*names, namespace=namespace)
+        s, r, w, rs = (f"{namespace}::{k}" for k in KINDS)
+        return cls(
+            set_stream=s, record_event=r, wait_event=w, record_stream=rs, namespace=namespace
+        )
 
     def _table(self) -> dict[Any, str]:
         table: dict[Any, str] = {}
@@ -67,9 +69,12 @@ class Dialect:
         return name.split("::")[0] if name else None
 
 
-@dataclass(frozen=True)
-class Step:
-    """One node in host order: its stream-op kind (or ``"compute"``), stream and argument."""
+class Step(NamedTuple):
+    """One node in host order: its stream-op kind (or ``"compute"``), stream and argument.
+
+    Immutable; a named tuple rather than a dataclass because a graph has one per node and
+    `msched.verify` must stay cheaper than copying the graph.
+    """
 
     node: Node
     kind: str
@@ -96,11 +101,21 @@ class _Classifier:
     def __init__(self, dialect: Dialect) -> None:
         self.table = dialect._table()
         self.namespace = dialect.own_namespace()
+        # id(target) -> (target, kind): hashing an OpOverload runs Python code, id() does not.
+        self._by_id: dict[int, tuple[Any, str | None]] = {}
 
     def kind(self, node: Node) -> str | None:
         if node.op != "call_function":
             return None
         target = node.target
+        cached = self._by_id.get(id(target))
+        if cached is not None and cached[0] is target:
+            return cached[1]
+        kind = self._kind(node, target)
+        self._by_id[id(target)] = (target, kind)
+        return kind
+
+    def _kind(self, node: Node, target: Any) -> str | None:
         kind = self.table.get(target) if _hashable(target) else None
         if kind is not None:
             return kind
@@ -127,7 +142,9 @@ def _hashable(x: Any) -> bool:
 
 
 def _int_arg(node: Node, kind: str, index: int = 0) -> int:
-    args = list(node.args) + list(node.kwargs.values())
+    args = node.args
+    if node.kwargs:
+        args = tuple(args) + tuple(node.kwargs.values())
     if len(args) <= index:
         raise InvalidGraphError(f"{kind} node {node.name!r} has no argument {index}")
     value = args[index]
@@ -179,7 +196,9 @@ def interpret(gm: GraphModule | Graph, dialect: Dialect | None = None) -> Stream
             tensor = node.args[0] if node.args else node.kwargs.get("t")
             target = _int_arg(node, kind, 1)
             highest = max(highest, target)
-            steps.append(Step(node, kind, current, target, tensor if isinstance(tensor, Node) else None))
+            steps.append(
+                Step(node, kind, current, target, tensor if isinstance(tensor, Node) else None)
+            )
         else:
             steps.append(Step(node, "compute", current))
         stream_of[node] = current

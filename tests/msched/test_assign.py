@@ -29,7 +29,10 @@ def test_critical_path_runs_on_stream_0_and_the_side_branch_on_stream_1() -> Non
     a = assign_streams(dag, 2, msched.DefaultCostModel())
     assert [a.stream[n[k]] for k in ("a1", "a2", "b1", "out")] == [0, 0, 1, 0]
     assert [(a.start[n[k]], a.finish[n[k]]) for k in ("a1", "b1", "a2", "out")] == [
-        (0.0, 10.0), (0.0, 10.0), (10.0, 20.0), (20.0, 21.0)
+        (0.0, 10.0),
+        (0.0, 10.0),
+        (10.0, 20.0),
+        (20.0, 21.0),
     ]
     assert [x.name for x in a.order] == ["mm_default", "mm_default_1", "mm_default_2", "add_tensor"]
     assert a.makespan == 21.0 and a.critical_path == 21.0 and a.lower_bound == 21.0

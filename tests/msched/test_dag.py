@@ -6,7 +6,7 @@ from torch.fx import Graph
 
 import msched
 
-from .graphs import eagle3_graph, hazard_graph, module
+from .graphs import eagle3_graph, hazard_graph
 
 aten = torch.ops.aten
 
@@ -23,9 +23,7 @@ def test_output_depends_on_the_capture_with_reason_exit(positional: bool) -> Non
     assert dag.dependencies(nodes["capture"]) == {nodes["a"]: {"data"}, dest: {"data"}}
 
 
-@pytest.mark.parametrize(
-    ("kind", "reason"), [("war", "war"), ("raw", "raw"), ("waw", "waw")]
-)
+@pytest.mark.parametrize(("kind", "reason"), [("war", "war"), ("raw", "raw"), ("waw", "waw")])
 def test_hazards_between_independent_branches(kind: str, reason: str) -> None:
     gm, nodes = hazard_graph(kind)
     deps = msched.build_dag(gm).dependencies(nodes["second"])

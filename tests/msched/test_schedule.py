@@ -40,9 +40,7 @@ def test_eagle3_capture_runs_before_output_and_output_waits_for_it() -> None:
     assert sched.stream_of(nodes["capture"]) == 1  # this graph puts it on the aux stream
     hb = happens_before(gm)
     waits_on_0 = [w for w in hb.waits if w.stream == 0]
-    joining = [
-        w for w in waits_on_0 if w.event[1] >= hb.position["capture"][1] > w.before[1]
-    ]
+    joining = [w for w in waits_on_0 if w.event[1] >= hb.position["capture"][1] > w.before[1]]
     assert joining, "no wait on stream 0 joins the capture"
     assert order.index(joining[0].node.name) < order.index("output")
     got = gm(x, w, dest)
@@ -51,7 +49,9 @@ def test_eagle3_capture_runs_before_output_and_output_waits_for_it() -> None:
 
 @pytest.mark.parametrize("streams", [2, 3])
 @pytest.mark.parametrize(("layers", "captures"), STACKS)
-def test_decoder_stack_keeps_every_capture(layers: int, captures: tuple[int, ...], streams: int) -> None:
+def test_decoder_stack_keeps_every_capture(
+    layers: int, captures: tuple[int, ...], streams: int
+) -> None:
     stack = decoder_stack(layers, captures, moe=layers == 12)
     expected_out, expected_dest = stack.reference()
     sched = msched.schedule(stack.gm, streams)
@@ -78,7 +78,9 @@ def test_positional_captures_schedule_like_keyword_captures() -> None:
     by_pos = decoder_stack(12, (1, 5, 11), capture_kwargs=False)
     s_kw, s_pos = msched.schedule(by_kw.gm, 3), msched.schedule(by_pos.gm, 3)
     assert names(by_kw.gm) == names(by_pos.gm)
-    assert [s_kw.stream_of(n) for n in by_kw.captures] == [s_pos.stream_of(n) for n in by_pos.captures]
+    assert [s_kw.stream_of(n) for n in by_kw.captures] == [
+        s_pos.stream_of(n) for n in by_pos.captures
+    ]
     x, dest = by_pos.example_inputs()
     by_pos.gm(x, dest)
     assert torch.equal(dest, by_kw.reference()[1])
@@ -169,7 +171,8 @@ def _later_on_stream(gm: GraphModule, hb, wait) -> list[str]:  # type: ignore[no
     return [
         name
         for name in hb.host_order[start + 1 :]
-        if name in hb.position and hb.position[name][0] == wait.stream
+        if name in hb.position
+        and hb.position[name][0] == wait.stream
         and not name.startswith(("x", "dest"))
     ]
 
