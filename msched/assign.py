@@ -190,11 +190,11 @@ def _place(
     stream: dict[Node, int],
     finish: dict[Node, float],
 ) -> tuple[int, float]:
-    est, affinity = 0.0, 0
-    for dep in deps:
+    est, affinity, from_input = 0.0, 0, True
+    for dep in deps:  # ties go to the first computed dependency (usually the main chain)
         f = finish[dep]
-        if f > est or (f == est and dep.op not in _INPUT_OPS):
-            est, affinity = f, stream[dep]
+        if f > est or (f == est and from_input and dep.op not in _INPUT_OPS):
+            est, affinity, from_input = f, stream[dep], dep.op in _INPUT_OPS
     if cost == 0.0:
         return affinity, est
     if lanes[affinity].earliest(est, cost) == est:

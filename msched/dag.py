@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from torch.fx import Graph, GraphModule, Node
@@ -161,7 +162,7 @@ def build_dag(gm: GraphModule | Graph) -> Dag:
 
 def _add_read_edges(
     node: Node,
-    storages: list[Node],
+    storages: Sequence[Node],
     deps: dict[Node, int],
     last_write: dict[Node, Node],
     reads_since: dict[Node, list[Node]],

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -175,12 +176,14 @@ class _Builder:
         op = torch.ops.msched.inplace_slice_copy.default
         name = f"capture_{layer}"
         if self.capture_kwargs:
-            kwargs = {"dest": dest, "src": h, "start": start, "end": end}
+            kwargs: dict[str, Any] = {"dest": dest, "src": h, "start": start, "end": end}
             return self.graph.create_node("call_function", op, (), kwargs, name=name)
         return self.graph.create_node("call_function", op, (dest, h, start, end), name=name)
 
 
-def _check_stack_args(n_layers: int, capture_layers: Sequence[int], hidden: int, tokens: int) -> None:
+def _check_stack_args(
+    n_layers: int, capture_layers: Sequence[int], hidden: int, tokens: int
+) -> None:
     if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
         raise InvalidArgumentError(f"n_layers must be an int >= 1, got {n_layers!r}")
     for name, value in (("hidden", hidden), ("tokens", tokens)):
