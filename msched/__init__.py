@@ -7,6 +7,7 @@ input is emitted before ``output`` and joined on the caller's stream.  See DESIG
 from __future__ import annotations
 
 from msched import ops
+from msched.backend import backend, trace
 from msched.cost import CostModel, DefaultCostModel, RooflineCostModel
 from msched.dag import Dag, build_dag
 from msched.effects import register_mutation, register_side_effect
@@ -17,22 +18,33 @@ from msched.errors import (
     ScheduleVerificationError,
 )
 from msched.schedule import Schedule, schedule
+from msched.simulate import Execution, Timeline, execute, simulate
 from msched.streams import Dialect
+from msched.verify import Report, Violation, verify
 
 __all__ = [
     "CostModel",
     "Dag",
     "Dialect",
     "DefaultCostModel",
+    "Execution",
     "InvalidArgumentError",
     "InvalidGraphError",
     "MschedError",
+    "Report",
     "RooflineCostModel",
     "Schedule",
     "ScheduleVerificationError",
+    "Timeline",
+    "Violation",
+    "backend",
     "build_dag",
+    "execute",
     "ops",
     "register_mutation",
     "register_side_effect",
     "schedule",
+    "simulate",
+    "trace",
+    "verify",
 ]

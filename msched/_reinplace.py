@@ -60,12 +60,24 @@ class _View:
 
 
 @dataclass(frozen=True)
+class _Fresh:
+    """A write-only ``out=`` argument: a new buffer of this layout (``empty_strided``)."""
+
+    size: Any
+    stride: Any
+    dtype: Any
+    device: Any
+
+
+@dataclass(frozen=True)
 class _Call:
     """What one functionalized node means.
 
     ``arguments`` maps every schema argument name to its value (a node, a constant, a
-    `_View`, or a list of those).  The node's outputs are the op's ``num_results`` results,
-    then the new value of each ``bases[i]`` (the node that holds it once mutated in place).
+    `_View`, a `_Fresh`, or a list of those).  The node's outputs are the op's
+    ``num_results`` results, then the new value of each ``bases[i]`` (the node that holds it
+    once mutated in place).  With ``whole``, the node's value is the op's single result
+    itself (v2 of an ``out=`` op), not a tuple.
     """
 
     node: Node
@@ -73,6 +85,7 @@ class _Call:
     arguments: dict[str, Any]
     bases: tuple[Any, ...]
     num_results: int
+    whole: bool = False
 
 
 def is_functionalized(node: Node) -> bool:
@@ -85,7 +98,7 @@ def reinplace(gm: GraphModule) -> int:
 
     Rewrites ``gm.graph`` in place and recompiles ``gm``; returns how many nodes were
     re-inplaced.  Raises `ReinplaceError` naming the op and the node when one cannot be;
-    the graph is then left unchanged.
+    every check runs before the first rewrite, so the graph is then left unchanged.
     """
     graph = gm.graph
     nodes = [n for n in graph.nodes if is_functionalized(n)]
@@ -94,7 +107,9 @@ def reinplace(gm: GraphModule) -> int:
     effects = compute_effects(graph)
     index = {n: i for i, n in enumerate(graph.nodes)}
     for node in nodes:
-        _check_old_values_unread(_decode(node), effects, index)
+        call = _decode(node)
+        _check_uses(call)
+        _check_old_values_unread(call, effects, index)
     for node in nodes:
         _rewrite(graph, _decode(node))
     _erase_trivial_copies(graph)
@@ -117,9 +132,9 @@ def _decode(node: Node) -> _Call:
     op = node.args[0] if node.args else node.kwargs.get("_mutable_op")
     if not isinstance(op, torch._ops.OpOverload):
         raise _fail(node, "the mutated callable is not an operator overload")
-    if torch.Tag.out in op.tags:
-        raise _fail(node, "out= operators (write-only outputs) are not supported")
     returns = op._schema.returns
+    if node.target is _V2 and torch.Tag.out in op.tags:
+        return _Call(node, op, _decode_v2_out(node, op), (), len(returns), len(returns) == 1)
     num_results = len(returns) if len(returns) > 1 else 1
     if node.target is _V2:
         arguments, bases = _decode_v2(node, op)
@@ -133,7 +148,7 @@ def _mutable(arg: Any) -> bool:
 
 
 def _is_tensor_list(arg: Any) -> bool:
-    return "Tensor" in str(arg.type) and "[]" in str(arg.type)
+    return bool(torch._library.utils.is_tensorlist_like_type(arg.type))
 
 
 def _plain_argument(node: Node, arg: Any, kwargs: dict[str, Any]) -> Any:
@@ -145,8 +160,8 @@ def _plain_argument(node: Node, arg: Any, kwargs: dict[str, Any]) -> Any:
 
 
 def _decode_v2(node: Node, op: Any) -> tuple[dict[str, Any], tuple[Any, ...]]:
-    kwargs = dict(node.kwargs)
-    bases = tuple(kwargs.pop("_all_bases", ()))
+    kwargs: dict[str, Any] = dict(node.kwargs)
+    bases: tuple[Any, ...] = tuple(kwargs.pop("_all_bases", None) or ())
     kwargs.pop("_only_clone_these_bases", None)
     arguments: dict[str, Any] = {}
     for arg in op._schema.arguments:
@@ -163,6 +178,23 @@ def _decode_v2(node: Node, op: Any) -> tuple[dict[str, Any], tuple[Any, ...]]:
         raise _fail(node, f"unknown keyword arguments {sorted(kwargs)} (view metadata "
                     "this version of msched does not understand)")
     return arguments, bases
+
+
+def _decode_v2_out(node: Node, op: Any) -> dict[str, Any]:
+    """v2 of an ``out=`` op passes no buffer, only the layout of a fresh one to write."""
+    kwargs: dict[str, Any] = dict(node.kwargs)
+    if kwargs.pop("_all_bases", None):
+        raise _fail(node, "an out= operator with _all_bases")
+    arguments: dict[str, Any] = {}
+    for arg in op._schema.arguments:
+        if _mutable(arg):
+            keys = ("size", "stride", "dtype", "device")
+            arguments[arg.name] = _Fresh(*(_pop(node, kwargs, f"_{arg.name}_{k}") for k in keys))
+        else:
+            arguments[arg.name] = _plain_argument(node, arg, kwargs)
+    if kwargs:
+        raise _fail(node, f"unknown keyword arguments {sorted(kwargs)}")
+    return arguments
 
 
 def _pop(node: Node, kwargs: dict[str, Any], key: str) -> Any:
@@ -242,6 +274,9 @@ def _reads_old_value(user: Node, value: Node, effects: Effects) -> bool:
 def _materialize(graph: Graph, value: Any) -> Any:
     if isinstance(value, _View):
         return graph.call_function(value.op, (value.base, *value.args))
+    if isinstance(value, _Fresh):
+        layout = {"dtype": value.dtype, "device": value.device}
+        return graph.call_function(aten.empty_strided.default, (value.size, value.stride), layout)
     if isinstance(value, list):
         return [_materialize(graph, v) for v in value]
     return value
@@ -259,6 +294,20 @@ def _call_arguments(graph: Graph, call: _Call) -> tuple[tuple[Any, ...], dict[st
     return tuple(args), kwargs
 
 
+def _check_uses(call: _Call) -> None:
+    """Every use of the node must be one `_rewrite` can redirect."""
+    if call.whole:
+        return
+    for user in call.node.users:
+        k = user.args[1] if user.target is operator.getitem else None
+        if user.op != "call_function" or not isinstance(k, int):
+            raise _fail(call.node, f"{user.name!r} uses its result other than by index")
+        if not 0 <= k < call.num_results + len(call.bases):
+            raise _fail(call.node, f"{user.name!r} reads output {k}, which it does not have")
+        if k < call.num_results and not call.op._schema.returns and user.users:
+            raise _fail(call.node, f"{user.name!r} uses the result of an op returning ()")
+
+
 def _rewrite(graph: Graph, call: _Call) -> None:
     node = call.node
     with graph.inserting_before(node):
@@ -267,7 +316,10 @@ def _rewrite(graph: Graph, call: _Call) -> None:
         inplace = graph.create_node("call_function", call.op, args, kwargs, name=name)
     inplace.meta.update({k: v for k, v in node.meta.items() if k != "val"})
     val = node.meta.get("val")
-    if isinstance(val, (tuple, list)) and call.num_results == 1:
+    if call.whole:
+        inplace.meta["val"] = val
+        node.replace_all_uses_with(inplace)
+    elif isinstance(val, (tuple, list)) and call.num_results == 1:
         inplace.meta["val"] = val[0]
     for user in list(node.users):
         _replace_output(graph, call, inplace, user)
@@ -275,19 +327,14 @@ def _rewrite(graph: Graph, call: _Call) -> None:
 
 
 def _replace_output(graph: Graph, call: _Call, inplace: Node, user: Node) -> None:
-    if user.op != "call_function" or user.target is not operator.getitem:
-        raise _fail(call.node, f"its result is used whole by {user.name!r}, not by index")
     k = user.args[1]
-    if not isinstance(k, int):
-        raise _fail(call.node, f"{user.name!r} indexes its result with {k!r}")
+    assert isinstance(k, int)  # _check_uses
     if k >= call.num_results:
         replacement: Any = call.bases[k - call.num_results]
     elif call.num_results == 1:
-        if not call.op._schema.returns and user.users:
-            raise _fail(call.node, f"{user.name!r} uses the result of an op returning ()")
         replacement = inplace
     else:
-        with graph.inserting_after(inplace):
+        with graph.inserting_before(user):
             replacement = graph.call_function(operator.getitem, (inplace, k))
     user.replace_all_uses_with(replacement)
     graph.erase_node(user)

@@ -130,6 +130,31 @@ def assign_streams(dag: Dag, num_streams: int, cost_model: CostModel) -> Assignm
     )
 
 
+def serial_assignment(dag: Dag, cost_model: CostModel) -> Assignment:
+    """One stream, the input order kept: every node starts when the previous one finishes."""
+    cost = _costs(dag, cost_model)
+    level = bottom_levels(dag, cost)
+    stream = dict.fromkeys(dag.nodes, 0)
+    start: dict[Node, float] = {}
+    finish: dict[Node, float] = {}
+    t = 0.0
+    for node in dag.nodes:
+        start[node] = t
+        t += cost[node]
+        finish[node] = t
+    compute = tuple(n for n in dag.nodes if n.op not in _INPUT_OPS and n is not dag.output)
+    return Assignment(
+        num_streams=1,
+        stream=stream,
+        start=start,
+        finish=finish,
+        order=compute,
+        makespan=t,
+        critical_path=max(level.values(), default=0.0),
+        total_cost=t,
+    )
+
+
 def _costs(dag: Dag, model: CostModel) -> dict[Node, float]:
     """Every node's cost; graph inputs and ``output`` cost nothing."""
     from msched.errors import InvalidArgumentError

@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import NoReturn, TextIO
 
 from torch.fx import GraphModule, Node
 
@@ -25,6 +25,8 @@ from msched.cost import CostModel, DefaultCostModel, RooflineCostModel
 from msched.decoder import DecoderStack, decoder_stack
 from msched.errors import InvalidArgumentError, MschedError
 from msched.schedule import Schedule
+from msched.streams import Step
+from msched.verify import Report
 
 FORMATS = ("text", "json", "dot", "trace", "svg")
 _RENDERERS = {
@@ -78,16 +80,24 @@ def _layer_list(text: str) -> tuple[int, ...]:
 def _add_stack_args(p: argparse.ArgumentParser, streams_default: int | None = None) -> None:
     p.add_argument("--layers", type=_positive_int, default=12, help="decoder layers (default 12)")
     p.add_argument(
-        "--captures", type=_layer_list, default=(1, 5, 11), metavar="A,B,C",
+        "--captures",
+        type=_layer_list,
+        default=(1, 5, 11),
+        metavar="A,B,C",
         help="0-based layers whose hidden state is captured (default 1,5,11)",
     )
     p.add_argument("--moe", action="store_true", help="MoE feed-forward blocks (routed ∥ shared)")
     p.add_argument(
-        "--streams", type=_positive_int, default=streams_default or 3, metavar="S",
+        "--streams",
+        type=_positive_int,
+        default=streams_default or 3,
+        metavar="S",
         help="number of streams, stream 0 is the caller's (default 3)",
     )
     p.add_argument(
-        "--cost", choices=("table", "roofline"), default="table",
+        "--cost",
+        choices=("table", "roofline"),
+        default="table",
         help="cost model: op table (default) or roofline estimate from shapes",
     )
 
@@ -97,20 +107,29 @@ def build_parser() -> _Parser:
     parser = _Parser(prog="msched", description="Multi-stream scheduling of torch.fx graphs.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = sub.add_parser(
-        "demo", help="schedule the reference 12-layer MoE stack on 1, 2 and 3 streams",
+        "demo",
+        help="schedule the reference 12-layer MoE stack on 1, 2 and 3 streams",
         description="Schedule a 12-layer MoE decoder stack with Eagle3 captures at layers 1, 5 "
         "and 11 on 1, 2 and 3 streams, verify each schedule and show where the captures run.",
     )
-    demo.add_argument("--out", type=Path, metavar="DIR", help="also write SVG, trace, DOT, JSON, text")
+    demo.add_argument(
+        "--out", type=Path, metavar="DIR", help="also write SVG, trace, DOT, JSON, text"
+    )
     sched = sub.add_parser(
-        "schedule", help="schedule a decoder stack and print it in one format",
+        "schedule",
+        help="schedule a decoder stack and print it in one format",
         description="Schedule a decoder stack and write the scheduled graph in one format.",
     )
     _add_stack_args(sched)
-    sched.add_argument("--format", choices=FORMATS, default="text", help="output format (default text)")
-    sched.add_argument("-o", "--output", type=Path, metavar="FILE", help="write here, not to stdout")
+    sched.add_argument(
+        "--format", choices=FORMATS, default="text", help="output format (default text)"
+    )
+    sched.add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help="write here, not to stdout"
+    )
     explain = sub.add_parser(
-        "explain", help="why a node is on its stream and why each wait before it exists",
+        "explain",
+        help="why a node is on its stream and why each wait before it exists",
         description="Explain the placement of NODE: its stream, the waits before it and the "
         "dependency (data, raw, war, waw, exit) behind each, and who waits for it.",
     )
@@ -182,13 +201,20 @@ def _cost_model(name: str, stack: DecoderStack) -> CostModel:
 
 def _propagate_shapes(stack: DecoderStack) -> None:
     """Fill ``node.meta["val"]`` with fake tensors so the roofline model sees shapes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-    FakeTensorProp(stack.gm).propagate(*stack.example_inputs())
+    # Weights are real buffers of the module; only the inputs are converted.
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    FakeTensorProp(stack.gm, mode=mode).propagate(*stack.example_inputs())
 
 
 def build_and_schedule(
-    layers: int, captures: Sequence[int], moe: bool, streams: int, cost: str = "table",
+    layers: int,
+    captures: Sequence[int],
+    moe: bool,
+    streams: int,
+    cost: str = "table",
     progress: Progress | None = None,
 ) -> Scheduled:
     """Build a decoder stack and schedule it (the shared first half of every command)."""
@@ -201,6 +227,445 @@ def build_and_schedule(
     return Scheduled(stack, sched, model)
 
 
-def verify_schedule(sched: Schedule) -> Any:
+def verify_schedule(sched: Schedule) -> Report:
     """`msched.verify` of a schedule against its original graph."""
-    return msched.verify(sched.gm, original=sched.original)  # type: ignore[attr-defined]
+    return msched.verify(sched.gm, original=sched.original)
+
+
+# ---------------------------------------------------------------------------------------------
+# explain
+
+
+@dataclass(frozen=True)
+class _Explained:
+    """What `explain` needs: the view, the schedule, dependencies by name and nodes by name."""
+
+    v: render.View
+    sched: Schedule
+    deps: dict[str, dict[str, set[str]]]
+    nodes: dict[str, Node]
+
+    def stream(self, node: Node) -> int:
+        return self.v.program.stream_of[node]
+
+    def reasons(self, reasons: set[str]) -> str:
+        return ",".join(r for r in ("data", "raw", "war", "waw", "exit") if r in reasons)
+
+
+def _find_node(gm: GraphModule, name: str, captures: Sequence[Node]) -> Node:
+    for node in gm.graph.nodes:
+        if node.name == name:
+            return node
+    hint = ", ".join(c.name for c in captures) or "none"
+    raise UsageError(f"no node named {name!r} in the scheduled graph (captures: {hint})")
+
+
+def _placement_lines(e: _Explained, node: Node) -> list[str]:
+    """Why ``node`` is on its stream, following the rules of `msched.assign`."""
+    a, s = e.sched.assignment, e.stream(node)
+    if node is e.v.program.output:
+        return [
+            "output always runs on stream 0, the caller's stream, once stream 0 has "
+            "joined every dependency of the exit."
+        ]
+    if node.op in ("placeholder", "get_attr"):
+        return ["graph inputs and weights are ready on stream 0, the caller's stream."]
+    deps = [e.nodes[d] for d in e.deps[node.name]]
+    last = max(
+        deps, key=lambda d: (a.finish[d], d.op not in ("placeholder", "get_attr")), default=None
+    )
+    est = a.finish[last] if last is not None else 0.0
+    if last is None:
+        return [f"it has no dependencies; stream {s} is idle at 0."]
+    lead = (
+        f"its dependency {last.name} finishes last, at {render.format_number(est)}, "
+        f"on stream {e.stream(last)}"
+    )
+    if a.finish[node] == a.start[node]:
+        return [f"it costs nothing, and zero-cost nodes follow their producer: {lead}."]
+    if s == e.stream(last) and a.start[node] == est:
+        return [f"{lead}; it stays on that stream, which is idle then (fewer events)."]
+    busy = _busy_at(e, e.stream(last), est)
+    why_not = f"stream {e.stream(last)} is busy then" + (f" running {busy.name}" if busy else "")
+    when = render.format_number(a.start[node])
+    return [f"{lead}; {why_not}, and stream {s} is the first free for it (starts at {when})."]
+
+
+def _busy_at(e: _Explained, stream: int, t: float) -> Node | None:
+    a = e.sched.assignment
+    for node in a.order:
+        if a.stream[node] == stream and a.start[node] <= t < a.finish[node]:
+            return node
+    return None
+
+
+def _dependency_lines(e: _Explained, node: Node) -> list[str]:
+    s = e.stream(node)
+    lines = []
+    for name, reasons in sorted(e.deps[node.name].items(), key=lambda kv: host(e, kv[0])):
+        dep = e.nodes[name]
+        ds = e.stream(dep)
+        if ds == s:
+            how = "same stream, earlier in its order"
+        else:
+            wait = render.joining_wait(e.v, dep, s)
+            how = f"joined by {_wait_name(e, wait)}" if wait is not None else "NOT JOINED"
+        lines.append(f"  {name:<24} stream {ds}  {e.reasons(reasons):<9} {how}")
+    return lines or ["  (none)"]
+
+
+def host(e: _Explained, name: str) -> int:
+    return render.host_index(e.v, e.nodes[name])
+
+
+def _wait_name(e: _Explained, wait: Node) -> str:
+    use = render.event_of(e.v, wait)
+    return f"wait e{use.event} ({wait.name}, stream {e.stream(wait)})"
+
+
+def _waits_before(e: _Explained, node: Node) -> list[Node]:
+    """The waits in the run of stream ops right before ``node`` on its stream."""
+    steps = e.v.program.steps
+    i = render.host_index(e.v, node)
+    found = []
+    while i > 0 and steps[i - 1].kind != "compute":
+        i -= 1
+        if steps[i].kind == "wait_event":
+            found.append(steps[i].node)
+    return found[::-1]
+
+
+def _wait_lines(e: _Explained, node: Node) -> list[str]:
+    lines = []
+    for wait in _waits_before(e, node):
+        use = render.event_of(e.v, wait)
+        if use.record is None:
+            lines.append(f"  wait e{use.event}: never recorded")
+            continue
+        r = e.stream(use.record)
+        s = e.stream(node)
+        covered = [
+            f"{d} ({e.reasons(rs)})"
+            for d, rs in e.deps[node.name].items()
+            if render.joining_wait(e.v, e.nodes[d], s) is wait
+        ]
+        head = f"  wait e{use.event}: recorded on stream {r} by {use.record.name}"
+        if covered:
+            lines.append(f"{head}; it orders {', '.join(covered)} before {node.name}")
+        elif use.event == 0:
+            lines.append(
+                f"{head} after the preamble; stream {e.stream(node)} joins stream 0 "
+                "before its first node, because graph inputs are ready only there"
+            )
+        else:
+            lines.append(f"{head}; it orders that stream's earlier work before {node.name}")
+    return lines or ["  (none: every dependency is on its stream or was joined earlier)"]
+
+
+def _dependent_lines(e: _Explained, node: Node) -> list[str]:
+    s = e.stream(node)
+    lines = []
+    for name, deps in e.deps.items():
+        reasons = deps.get(node.name)
+        if reasons is None:
+            continue
+        user = e.nodes[name]
+        us = e.stream(user)
+        wait = render.joining_wait(e.v, node, us) if us != s else None
+        how = (
+            "same stream"
+            if us == s
+            else (f"joined by {_wait_name(e, wait)}" if wait is not None else "NOT JOINED")
+        )
+        lines.append(f"  {name:<24} stream {us}  {e.reasons(reasons):<9} {how}")
+        if "exit" in reasons:
+            lines.append(
+                f"    exit dependency: the graph may not return before {node.name} has "
+                "run, so whoever reads its result after the call sees it"
+            )
+    return lines or ["  (none)"]
+
+
+def _stream_op_lines(e: _Explained, node: Node) -> list[str]:
+    """For a stream op: what it does, and which node it is issued for (or who waits on it)."""
+    steps = e.v.program.steps
+    i = render.host_index(e.v, node)
+    step = steps[i]
+    head = [f"{node.name}: {render.step_text(step)}, a stream op issued on stream {step.stream}"]
+    if step.kind == "record_event":
+        use = next(u for u in e.v.events if u.record is node)
+        waits = ", ".join(f"{w.name} (stream {e.stream(w)})" for w in use.waits) or "nothing"
+        return [*head, f"  waited on by {waits}"]
+    following = (t.node for t in steps[i + 1 :] if t.kind == "compute" and t.stream == step.stream)
+    user = next(following, None)
+    if user is None:
+        return head
+    return [
+        *head,
+        f"  it is issued for {user.name}; the waits right before it:",
+        *_wait_lines(e, user),
+    ]
+
+
+def explain_lines(run: Scheduled, name: str) -> list[str]:
+    """The text of ``msched explain``: placement, dependencies, waits, dependents."""
+    sched = run.schedule
+    node = _find_node(sched.gm, name, run.stack.captures)
+    v = render.view(sched, run.cost_model)
+    e = _Explained(
+        v, sched, render.dependencies_by_name(sched), {n.name: n for n in sched.gm.graph.nodes}
+    )
+    if v.program.steps[render.host_index(v, node)].kind != "compute":
+        return _stream_op_lines(e, node)
+    s = e.stream(node)
+    times = f"{render.format_number(v.start[node])}-{render.format_number(v.finish[node])}"
+    out_at = render.host_index(v, v.program.output)
+    return [
+        render.node_text(node),
+        f"  stream {s}, time {times}, host position {render.host_index(v, node)} "
+        f"(output is at {out_at})",
+        f"Why stream {s}:",
+        "  " + " ".join(_placement_lines(e, node)),
+        f"Dependencies of {name} (dependency, its stream, reasons, how it is ordered):",
+        *_dependency_lines(e, node),
+        f"Waits right before {name}:",
+        *_wait_lines(e, node),
+        f"Nodes that depend on {name}:",
+        *_dependent_lines(e, node),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# demo
+
+
+@dataclass(frozen=True)
+class _DemoRow:
+    streams: int
+    run: Scheduled
+    ok: bool
+    problems: tuple[str, ...]
+
+
+def _demo_rows(progress: Progress) -> list[_DemoRow]:
+    rows = []
+    for streams in DEMO_STREAMS:
+        run = build_and_schedule(DEMO_LAYERS, DEMO_CAPTURES, True, streams, progress=progress)
+        progress.step(f"verifying the {streams}-stream schedule")
+        report = verify_schedule(run.schedule)
+        problems = tuple(f"{x.kind}: {x.message}" for x in report.violations)
+        rows.append(_DemoRow(streams, run, bool(report.ok), problems))
+    return rows
+
+
+def _table_lines(rows: list[_DemoRow]) -> list[str]:
+    base = rows[0].run.schedule.makespan
+    head = (
+        "streams",
+        "nodes",
+        "events",
+        "waits",
+        "makespan",
+        "lower bound",
+        "speed-up",
+        "verified",
+    )
+    lines = ["  ".join(f"{h:>11}" if i >= 5 else f"{h:>8}" for i, h in enumerate(head))]
+    for row in rows:
+        s = row.run.schedule
+        cells = (
+            row.streams,
+            len(s.gm.graph.nodes),
+            s.num_events,
+            s.num_waits,
+            render.format_number(s.makespan),
+            render.format_number(s.lower_bound),
+            f"{base / s.makespan:.2f}x" if s.makespan else "-",
+            "ok" if row.ok else f"FAILED ({len(row.problems)})",
+        )
+        lines.append("  ".join(f"{c:>11}" if i >= 5 else f"{c:>8}" for i, c in enumerate(cells)))
+    return lines
+
+
+def _layer_members(run: Scheduled, layer: int) -> set[str]:
+    """Names of the nodes of decoder layer ``layer``: in the original program order, those
+    after the layer's input hidden state up to the next layer's, and the layer's capture."""
+    original = list(run.schedule.original.graph.nodes)
+    index = {n.name: k for k, n in enumerate(original)}
+
+    def layer_input(i: int) -> int:
+        if i >= run.stack.n_layers:
+            return index[original[-1].name]
+        norm = next(u for n in original if n.name == f"l{i}_ln1" for u in n.users)
+        return index[norm.args[0].args[0].name]  # mul(mul(h, rsqrt), w): h is the input
+
+    lo, hi = layer_input(layer), layer_input(layer + 1)
+    members = {n.name for n in original[lo + 1 : hi + 1] if n.op == "call_function"}
+    return members | {f"capture_{layer}"}
+
+
+def _layer_steps(v: render.View, members: set[str]) -> list[Step]:
+    """The host-order steps of a layer: its compute nodes, the waits right before them and
+    the records right after them (on their stream)."""
+    steps = v.program.steps
+    keep: list[Step] = []
+    last_compute: dict[int, bool] = {}
+    pending: dict[int, list[Step]] = {}
+    for step in steps:
+        s = step.stream
+        if step.kind == "compute":
+            inside = step.node.name in members
+            if inside:
+                keep += pending.get(s, [])
+                keep.append(step)
+            pending[s], last_compute[s] = [], inside
+        elif step.kind == "record_event" and last_compute.get(s):
+            keep.append(step)
+        elif step.kind == "wait_event":
+            pending.setdefault(s, []).append(step)
+    return keep
+
+
+def _compact_lines(v: render.View, steps: list[Step]) -> list[str]:
+    """Lane lines for the demo: compute nodes with kind and times, records and waits; a run of
+    elementwise ops on one stream is folded into one line."""
+    lines: list[str] = []
+    run: list[Node] = []
+
+    def flush() -> None:
+        if run:
+            s = v.program.stream_of[run[0]]
+            many = f"{run[0].name} .. {run[-1].name}  ({len(run)} elementwise ops)"
+            lines.append(f"s{s} | {'  ' * s}{run[0].name if len(run) == 1 else many}")
+            run.clear()
+
+    for step in steps:
+        node = step.node
+        if step.kind in ("set_stream", "record_stream"):
+            continue
+        if step.kind == "compute" and render.category(node) == "other":
+            if run and v.program.stream_of[run[0]] != step.stream:
+                flush()
+            run.append(node)
+            continue
+        flush()
+        text = render.step_text(step)
+        if step.kind == "compute":
+            times = f"{render.format_number(v.start[node])}-{render.format_number(v.finish[node])}"
+            text = f"{node.name}  ({render.category(node)}, {times})"
+        lines.append(f"s{step.stream} | {'  ' * step.stream}{text}")
+    flush()
+    return lines
+
+
+def _capture_lines(rows: list[_DemoRow]) -> list[str]:
+    """One line per (stream count, capture): its stream, host position and the joining wait."""
+    lines = ["streams  capture     stream  host step  steps before output  joined on stream 0 by"]
+    for row in rows:
+        v = render.view(row.run.schedule)
+        out_at = render.host_index(v, v.program.output)
+        for cap in row.run.stack.captures:
+            at, s = render.host_index(v, cap), v.program.stream_of[cap]
+            wait = render.joining_wait(v, cap, 0)
+            if s == 0:
+                join = "(runs on stream 0)"
+            elif wait is None:
+                join = "NOTHING: output does not wait for it"
+            else:
+                join = f"wait e{render.event_of(v, wait).event} ({wait.name})"
+            where = f"{at:>4}/{out_at:<4}  {out_at - at:>19}"
+            lines.append(f"{row.streams:>7}  {cap.name:<10}  {s:>6}  {where}  {join}")
+    return lines
+
+
+def _write_pictures(out: Path, rows: list[_DemoRow]) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    suffixes = {"text": "txt", "json": "json", "dot": "dot", "trace": "trace.json", "svg": "svg"}
+    written = []
+    for row in rows:
+        for fmt, suffix in suffixes.items():
+            path = out / f"demo-{row.streams}streams.{suffix}"
+            path.write_text(_RENDERERS[fmt](row.run.schedule, row.run.cost_model), encoding="utf-8")
+            written.append(path)
+    return written
+
+
+def cmd_demo(args: argparse.Namespace, stdout: TextIO) -> int:
+    rows = _demo_rows(Progress(sys.stderr, False))
+    last = rows[-1]
+    last_view = render.view(last.run.schedule)
+    layer = _layer_steps(last_view, _layer_members(last.run, DEMO_LANE_LAYER))
+    caps = ", ".join(map(str, DEMO_CAPTURES))
+    lines = [
+        f"msched demo: {DEMO_LAYERS}-layer MoE decoder stack, Eagle3 captures of layers {caps} "
+        "(the last layer included), table cost model",
+        "",
+        *_table_lines(rows),
+        "",
+        f"Layer {DEMO_LANE_LAYER} on {last.streams} streams, host order (lane and indentation = "
+        "stream; s0 is the caller's stream):",
+        *_compact_lines(last_view, layer),
+        "",
+        "Captures, relative to output (host step / step of output):",
+        *_capture_lines(rows[1:]),
+    ]
+    for row in rows:
+        lines += [f"{row.streams} streams: {p}" for p in row.problems]
+    if args.out is not None:
+        written = _write_pictures(args.out, rows)
+        lines += ["", f"wrote {len(written)} files to {args.out} (demo-3streams.svg, ...)"]
+    stdout.write("\n".join(lines) + "\n")
+    return 0 if all(row.ok for row in rows) else 1
+
+
+# ---------------------------------------------------------------------------------------------
+# schedule, explain, main
+
+
+def _run_for(args: argparse.Namespace) -> Scheduled:
+    _check_captures(args.layers, args.captures)
+    progress = Progress.for_layers(args.layers, args.moe)
+    try:
+        return build_and_schedule(
+            args.layers, args.captures, args.moe, args.streams, args.cost, progress
+        )
+    finally:
+        progress.done()
+
+
+def cmd_schedule(args: argparse.Namespace, stdout: TextIO) -> int:
+    run = _run_for(args)
+    text = _RENDERERS[args.format](run.schedule, run.cost_model)
+    if args.output is None:
+        stdout.write(text)
+    else:
+        args.output.write_text(text, encoding="utf-8")
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace, stdout: TextIO) -> int:
+    run = _run_for(args)
+    stdout.write("\n".join(explain_lines(run, args.node)) + "\n")
+    return 0
+
+
+_COMMANDS = {"demo": cmd_demo, "schedule": cmd_schedule, "explain": cmd_explain}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``msched`` command; returns the exit status (2 for bad arguments)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    sub_prog = f"msched {args.command}"
+    try:
+        return _COMMANDS[args.command](args, sys.stdout)
+    except (UsageError, InvalidArgumentError) as exc:
+        sys.stderr.write(f"{sub_prog}: error: {_one_line(exc)}\n")
+        return 2
+    except MschedError as exc:
+        sys.stderr.write(f"{sub_prog}: {type(exc).__name__}: {_one_line(exc)}\n")
+        return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())

@@ -19,8 +19,7 @@ standing for the world outside the graph.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from torch.fx import Graph, GraphModule, Node

@@ -2,8 +2,10 @@
 
 Every renderer accepts a `msched.Schedule` or a scheduled ``GraphModule`` and reads the graph
 with `msched.streams.interpret` (host order, stream of every node, event ids).  Times come from
-the Schedule's assignment when given a Schedule, and from the timeline simulator
-(`msched.simulate`) under ``cost_model`` (default: the table model) when given a module.
+the Schedule's assignment when given a Schedule whose streams issue their nodes in order of
+those times (always, except with one stream, where `msched.schedule` keeps the input order),
+and otherwise from the timeline simulator (`msched.simulate`) under ``cost_model`` (default:
+the table model).  A stream op happens when its stream reaches it.
 
 Every output is deterministic: the same graph gives byte-identical text regardless of
 ``PYTHONHASHSEED`` or process.  Nothing is ordered by hashing, no object address is printed,
@@ -26,7 +28,7 @@ from torch.fx import Graph, GraphModule, Node
 from msched.cost import CostModel, DefaultCostModel
 from msched.errors import InvalidArgumentError
 from msched.schedule import Schedule
-from msched.streams import StreamProgram, interpret
+from msched.streams import Step, StreamProgram, interpret
 
 __all__ = [
     "format_number",
@@ -91,7 +93,7 @@ class View:
 def view(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> View:
     """Read ``obj`` (a `Schedule` or a scheduled ``GraphModule``) for rendering."""
     if isinstance(obj, Schedule):
-        return _schedule_view(obj)
+        return _schedule_view(obj, cost_model or DefaultCostModel())
     if isinstance(obj, GraphModule):
         return _module_view(obj, cost_model or DefaultCostModel())
     raise InvalidArgumentError(
@@ -100,10 +102,18 @@ def view(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> Vi
     )
 
 
-def _schedule_view(sched: Schedule) -> View:
+def _schedule_view(sched: Schedule, cost_model: CostModel) -> View:
     program = interpret(sched.gm)
     a = sched.assignment
-    start, finish = _stream_op_times(program, a.start, a.finish)
+    if _follows_host_order(program, a.start):
+        start, finish = _stream_op_times(program, a.start, a.finish)
+    else:
+        # With one stream `schedule` keeps the input order, which the assignment's times
+        # (list-scheduled) do not follow; the picture must show the program that runs.
+        from msched.simulate import simulate
+
+        timeline = simulate(sched.gm, cost_model)
+        start, finish = _stream_op_times(program, timeline.start, timeline.end)
     return View(
         gm=sched.gm,
         program=program,
@@ -118,10 +128,25 @@ def _schedule_view(sched: Schedule) -> View:
     )
 
 
+def _follows_host_order(program: StreamProgram, start: dict[Node, float]) -> bool:
+    """Whether every stream issues its timed nodes in order of their start times."""
+    last = [0.0] * program.num_streams
+    for step in program.compute_steps:
+        t = start.get(step.node)
+        if t is None or step.node is program.output:
+            continue
+        if t < last[step.stream]:
+            return False
+        last[step.stream] = t
+    return True
+
+
 def _module_view(gm: GraphModule, cost_model: CostModel) -> View:
+    from msched.simulate import simulate
+
     program = interpret(gm)
-    timeline = _simulate(gm, program, cost_model)
-    start, finish = _stream_op_times(program, timeline.start, timeline.finish)
+    timeline = simulate(gm, cost_model)
+    start, finish = _stream_op_times(program, timeline.start, timeline.end)
     events = _event_uses(program)
     return View(
         gm=gm,
@@ -152,7 +177,8 @@ def _event_uses(program: StreamProgram) -> tuple[EventUse, ...]:
                 records.append((step.arg, None))
             waits.setdefault(last[step.arg], []).append(step.node)
     return tuple(
-        EventUse(event, record, tuple(waits.get(i, ()))) for i, (event, record) in enumerate(records)
+        EventUse(event, record, tuple(waits.get(i, ())))
+        for i, (event, record) in enumerate(records)
     )
 
 
@@ -184,55 +210,6 @@ def _stream_op_times(
         cursor[s] = t
         out_start[node] = out_finish[node] = t
     return out_start, out_finish
-
-
-# ---------------------------------------------------------------------------------------------
-# Timeline of a bare module.
-
-
-@dataclass(frozen=True)
-class _Timeline:
-    start: dict[Node, float]
-    finish: dict[Node, float]
-    makespan: float
-    lower_bound: float
-
-
-def _simulate(gm: GraphModule, program: StreamProgram, cost_model: CostModel) -> _Timeline:
-    """The simulated timeline of a scheduled module under ``cost_model``."""
-    try:
-        from msched import simulate as simulate_module
-    except ImportError:  # TODO(render): drop once msched.simulate lands
-        return _interim_timeline(program, cost_model)
-    result = simulate_module.simulate(gm, cost_model)
-    return _Timeline(
-        start=dict(result.start),
-        finish=dict(result.finish),
-        makespan=float(result.makespan),
-        lower_bound=float(result.lower_bound),
-    )
-
-
-def _interim_timeline(program: StreamProgram, cost_model: CostModel) -> _Timeline:
-    """Streams run their steps in host order; a wait holds its stream until the record."""
-    cursor = [0.0] * program.num_streams
-    recorded: dict[int, float] = {}
-    start: dict[Node, float] = {}
-    finish: dict[Node, float] = {}
-    total = 0.0
-    for step in program.steps:
-        s = step.stream
-        if step.kind == "record_event" and step.arg is not None:
-            recorded[step.arg] = cursor[s]
-        elif step.kind == "wait_event" and step.arg is not None:
-            cursor[s] = max(cursor[s], recorded.get(step.arg, 0.0))
-        elif step.kind == "compute" and step.node is not program.output:
-            cost = 0.0 if step.node.op in ("placeholder", "get_attr") else cost_model.cost(step.node)
-            start[step.node], finish[step.node] = cursor[s], cursor[s] + cost
-            cursor[s] += cost
-            total += cost
-    makespan = max(cursor, default=0.0)
-    return _Timeline(start, finish, makespan, total / max(program.num_streams, 1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,8 +245,12 @@ def format_arg(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{format_arg(k)}: {format_arg(v)}" for k, v in value.items()) + "}"
     if isinstance(value, slice):
-        return f"slice({format_arg(value.start)}, {format_arg(value.stop)}, {format_arg(value.step)})"
-    return _ADDRESS.sub("", repr(value) if isinstance(value, (str, int, bool, type(None))) else str(value))
+        return (
+            f"slice({format_arg(value.start)}, {format_arg(value.stop)}, {format_arg(value.step)})"
+        )
+    return _ADDRESS.sub(
+        "", repr(value) if isinstance(value, (str, int, bool, type(None))) else str(value)
+    )
 
 
 def _call_args(node: Node) -> str:
@@ -302,7 +283,7 @@ def _rest_args(node: Node) -> str:
     return ", ".join(parts)
 
 
-def _step_text(step: Any) -> str:
+def step_text(step: Step) -> str:
     if step.kind == "record_event":
         return f"record e{step.arg}"
     if step.kind == "wait_event":
@@ -321,7 +302,7 @@ def header_lines(v: View) -> list[str]:
     ]
 
 
-def lane_lines(v: View, steps: Iterable[Any] | None = None) -> list[str]:
+def lane_lines(v: View, steps: Iterable[Step] | None = None) -> list[str]:
     """One line per step: ``s1 |   mm_3 = aten.mm.default(mul_2, l0_wq)``.
 
     The lane column and an indentation of two spaces per stream show the stream a node is
@@ -333,7 +314,7 @@ def lane_lines(v: View, steps: Iterable[Any] | None = None) -> list[str]:
         if step.kind == "set_stream":
             continue
         lane = f"s{step.stream}".ljust(width + 1)
-        lines.append(f"{lane} | {'  ' * step.stream}{_step_text(step)}")
+        lines.append(f"{lane} | {'  ' * step.stream}{step_text(step)}")
     return lines
 
 
@@ -385,7 +366,9 @@ def category(node: Node) -> str:
     return "capture / in-place" if _writes(node) else "other"
 
 
-def schedule_data(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> dict[str, Any]:
+def schedule_data(
+    obj: Schedule | GraphModule, cost_model: CostModel | None = None
+) -> dict[str, Any]:
     """The schedule as plain data: the document `render_json` writes.
 
     ``nodes`` lists every node in host order with ``name``, ``op``, ``kind`` (``compute`` or
@@ -405,7 +388,7 @@ def schedule_data(obj: Schedule | GraphModule, cost_model: CostModel | None = No
     }
 
 
-def _node_data(v: View, step: Any) -> dict[str, Any]:
+def _node_data(v: View, step: Step) -> dict[str, Any]:
     data = {
         "name": step.node.name,
         "op": _op_label(step.node),
@@ -456,13 +439,13 @@ def dependencies_by_name(obj: Schedule | GraphModule) -> dict[str, dict[str, set
     elif isinstance(obj, GraphModule):
         graph = _without_stream_ops(obj)
     else:
-        raise InvalidArgumentError(f"expected a Schedule or a GraphModule, got {type(obj).__name__}")
+        raise InvalidArgumentError(
+            f"expected a Schedule or a GraphModule, got {type(obj).__name__}"
+        )
     from msched.dag import build_dag
 
     dag = build_dag(graph)
-    return {
-        n.name: {d.name: r for d, r in dag.dependencies(n).items()} for n in dag.nodes
-    }
+    return {n.name: {d.name: r for d, r in dag.dependencies(n).items()} for n in dag.nodes}
 
 
 def _without_stream_ops(gm: GraphModule) -> Graph:
@@ -480,7 +463,14 @@ def _without_stream_ops(gm: GraphModule) -> Graph:
 
 # Colour-blind-safe (Okabe-Ito); stream 0 gets the neutral blue.
 STREAM_COLOURS = (
-    "#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#999999",
+    "#0072B2",
+    "#E69F00",
+    "#009E73",
+    "#CC79A7",
+    "#56B4E9",
+    "#D55E00",
+    "#F0E442",
+    "#999999",
 )
 _REASON_STYLE = {
     "raw": 'color="#D55E00"',
@@ -511,14 +501,12 @@ def render_dot(
     """
     v = view(obj, cost_model)
     deps = dependencies_by_name(obj)
-    shown = [
-        s.node for s in v.program.compute_steps if weights or s.node.op != "get_attr"
-    ]
+    shown = [s.node for s in v.program.compute_steps if weights or s.node.op != "get_attr"]
     names = {n.name for n in shown}
     lines = [
         "digraph msched {",
         '  graph [rankdir=TB, fontname="Helvetica", labelloc=t, '
-        f'label={_dot_quote(_dot_title(v))}];',
+        f"label={_dot_quote(_dot_title(v))}];",
         '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];',
         '  edge [fontname="Helvetica", fontsize=9, color="#555555"];',
     ]
@@ -532,9 +520,16 @@ def render_dot(
     return "\n".join(lines) + "\n"
 
 
+def _counts(v: View) -> str:
+    def n(count: int, what: str) -> str:
+        return f"{count} {what}" + ("" if count == 1 else "s")
+
+    return f"{n(v.num_streams, 'stream')}, {n(v.num_events, 'event')}, {n(v.num_waits, 'wait')}"
+
+
 def _dot_title(v: View) -> str:
     return (
-        f"{v.num_streams} streams, {v.num_events} events, {v.num_waits} waits, makespan "
+        f"{_counts(v)}, makespan "
         f"{format_number(v.makespan)} (lower bound {format_number(v.lower_bound)}); "
         "unlabelled edges are data edges"
     )
@@ -549,9 +544,8 @@ def _dot_cluster(v: View, stream: int, nodes: list[Node]) -> list[str]:
     ]
     for node in nodes:
         label = f"{node.name}\\n{_op_label(node)}"
-        lines.append(
-            f'    {_dot_quote(node.name)} [label="{label}", fillcolor="{colour}33", color="{colour}"];'
-        )
+        style = f'fillcolor="{colour}33", color="{colour}"'
+        lines.append(f'    {_dot_quote(node.name)} [label="{label}", {style}];')
     lines.append("  }")
     return lines
 
@@ -581,12 +575,22 @@ def _trace_metadata(v: View) -> list[dict[str, Any]]:
     ]
     for s in range(v.num_streams):
         events.append(
-            {"ph": "M", "pid": _TRACE_PID, "tid": s, "name": "thread_name",
-             "args": {"name": _stream_title(s)}}
+            {
+                "ph": "M",
+                "pid": _TRACE_PID,
+                "tid": s,
+                "name": "thread_name",
+                "args": {"name": _stream_title(s)},
+            }
         )
         events.append(
-            {"ph": "M", "pid": _TRACE_PID, "tid": s, "name": "thread_sort_index",
-             "args": {"sort_index": s}}
+            {
+                "ph": "M",
+                "pid": _TRACE_PID,
+                "tid": s,
+                "name": "thread_sort_index",
+                "args": {"sort_index": s},
+            }
         )
     return events
 
@@ -594,8 +598,13 @@ def _trace_metadata(v: View) -> list[dict[str, Any]]:
 def _slice(v: View, node: Node, name: str, cat: str) -> dict[str, Any]:
     start = v.start[node]
     return {
-        "ph": "X", "pid": _TRACE_PID, "tid": v.program.stream_of[node], "name": name,
-        "cat": cat, "ts": _round(start), "dur": _round(v.finish[node] - start),
+        "ph": "X",
+        "pid": _TRACE_PID,
+        "tid": v.program.stream_of[node],
+        "name": name,
+        "cat": cat,
+        "ts": _round(start),
+        "dur": _round(v.finish[node] - start),
         "args": {"node": node.name, "op": _op_label(node)},
     }
 
@@ -616,8 +625,13 @@ def _flow_ids(v: View) -> tuple[dict[Node, list[int]], dict[Node, int]]:
 
 def _flow(v: View, node: Node, phase: str, event: int | None, flow_id: int) -> dict[str, Any]:
     flow = {
-        "ph": phase, "pid": _TRACE_PID, "tid": v.program.stream_of[node], "cat": "event",
-        "name": f"e{event}", "id": flow_id, "ts": _round(v.start[node]),
+        "ph": phase,
+        "pid": _TRACE_PID,
+        "tid": v.program.stream_of[node],
+        "cat": "event",
+        "name": f"e{event}",
+        "id": flow_id,
+        "ts": _round(v.start[node]),
     }
     if phase == "f":
         flow["bp"] = "e"
@@ -691,7 +705,9 @@ _LEFT, _TOP, _LANE, _BOX, _CHAR = 130, 64, 46, 30, 6.1
 
 
 def _xml(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    return (
+        text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    )
 
 
 def _nice_step(span: float, target_ticks: int) -> float:
@@ -728,11 +744,23 @@ def _frame(v: View, scale: float | None) -> _Frame:
     return _Frame(scale, v.num_streams, max(width, 760.0), height)
 
 
+# Each step shortens a label further; a box shows the longest form that fits.
+_ABBREVIATIONS = (
+    (("_default", ""), ("_tensor", ""), ("_scalar", "")),
+    (("attention", "attn"), ("_experts", "")),
+)
+
+
 def _short_label(name: str, room: float) -> tuple[str, int] | None:
     """The node name or a shorter form of it, and a font size (10 or 8 px), if it fits."""
-    short = name.replace("_default", "").replace("_tensor", "").replace("_scalar", "")
+    forms = [name]
+    for step in _ABBREVIATIONS:
+        short = forms[-1]
+        for long_form, short_form in step:
+            short = short.replace(long_form, short_form)
+        forms.append(short)
     for size in (10, 8):
-        for label in (name, short):
+        for label in forms:
             if len(label) * _CHAR * size / 10 + 6 <= room:
                 return label, size
     return None
@@ -741,8 +769,13 @@ def _short_label(name: str, room: float) -> tuple[str, int] | None:
 def _svg_box(v: View, f: _Frame, node: Node) -> list[str]:
     start, end = v.start[node], v.finish[node]
     cat = category(node)
-    x, y, w = f.x(start), f.lane_top(v.program.stream_of[node]) + (_LANE - _BOX) / 2, (end - start) * f.scale
-    tip = f"{node.name} = {_op_label(node)}; stream {v.program.stream_of[node]}, {format_number(start)}-{format_number(end)}"
+    x, y, w = (
+        f.x(start),
+        f.lane_top(v.program.stream_of[node]) + (_LANE - _BOX) / 2,
+        (end - start) * f.scale,
+    )
+    when = f"{format_number(start)}-{format_number(end)}"
+    tip = f"{node.name} = {_op_label(node)}; stream {v.program.stream_of[node]}, {when}"
     out = [
         f'<g><title>{_xml(tip)}</title><rect x="{x:.1f}" y="{y:.1f}" width="{max(w, 1.0):.1f}" '
         f'height="{_BOX}" rx="2" fill="{CATEGORY_COLOURS[cat]}" stroke="#ffffff" stroke-width="1"/>'
@@ -784,20 +817,26 @@ def _svg_axis(v: View, f: _Frame) -> list[str]:
     bottom = f.lane_top(v.num_streams)
     step = _nice_step(v.makespan, max(int((f.width - _LEFT) / 110), 2))
     out = [
-        f'<line x1="{_LEFT}" y1="{_TOP - 6}" x2="{f.x(v.makespan):.1f}" y2="{_TOP - 6}" stroke="#555"/>',
-        f'<text x="{_LEFT - 10}" y="{_TOP - 14}" text-anchor="end" class="tick">time (cost units)</text>',
+        f'<line x1="{_LEFT}" y1="{_TOP - 6}" x2="{f.x(v.makespan):.1f}" y2="{_TOP - 6}" '
+        'stroke="#555"/>',
+        f'<text x="{_LEFT - 10}" y="{_TOP - 14}" text-anchor="end" class="tick">'
+        "time (cost units)</text>",
     ]
     k = 0
     while k * step <= v.makespan + 1e-9:
         x = f.x(k * step)
         out.append(f'<line x1="{x:.1f}" y1="{_TOP - 10}" x2="{x:.1f}" y2="{bottom}" class="grid"/>')
-        out.append(f'<text x="{x:.1f}" y="{_TOP - 14}" text-anchor="middle" class="tick">'
-                   f"{format_number(k * step)}</text>")
+        out.append(
+            f'<text x="{x:.1f}" y="{_TOP - 14}" text-anchor="middle" class="tick">'
+            f"{format_number(k * step)}</text>"
+        )
         k += 1
     x = f.x(v.makespan)
     out.append(f'<line x1="{x:.1f}" y1="{_TOP - 10}" x2="{x:.1f}" y2="{bottom + 6}" class="exit"/>')
-    out.append(f'<text x="{x:.1f}" y="{bottom + 18}" text-anchor="end" class="exitlabel">'
-               f"output @ {format_number(v.makespan)}</text>")
+    out.append(
+        f'<text x="{x:.1f}" y="{bottom + 18}" text-anchor="end" class="exitlabel">'
+        f"output @ {format_number(v.makespan)}</text>"
+    )
     return out
 
 
@@ -816,10 +855,9 @@ def _svg_links(v: View, f: _Frame) -> list[str]:
             y2 = f.lane_top(ws) + _LANE / 2
             mid = (y1 + y2) / 2
             cls = "link exitlink" if wait in joins else "link"
-            out.append(
-                f'<path d="M{x1:.1f},{y1:.1f} C{x1:.1f},{mid:.1f} {x2:.1f},{mid:.1f} {x2:.1f},{y2:.1f}" '
-                f'class="{cls}"><title>{_xml(f"e{use.event}: {use.record.name} on stream {rs} -> {wait.name} on stream {ws}")}</title></path>'
-            )
+            tip = f"e{use.event}: {use.record.name} on stream {rs} -> {wait.name} on stream {ws}"
+            curve = f"M{x1:.1f},{y1:.1f} C{x1:.1f},{mid:.1f} {x2:.1f},{mid:.1f} {x2:.1f},{y2:.1f}"
+            out.append(f'<path d="{curve}" class="{cls}"><title>{_xml(tip)}</title></path>')
             out.append(f'<circle cx="{x2:.1f}" cy="{y2:.1f}" r="2.5" class="waitdot"/>')
     return out
 
@@ -877,7 +915,7 @@ def render_svg(
     v = view(obj, cost_model)
     f = _frame(v, scale)
     title = (
-        f"msched schedule: {v.num_streams} streams, {v.num_events} events, {v.num_waits} waits, "
+        f"msched schedule: {_counts(v)}, "
         f"makespan {format_number(v.makespan)} (lower bound {format_number(v.lower_bound)})"
     )
     body = [

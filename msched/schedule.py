@@ -11,7 +11,7 @@ from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_arg
 
 from msched import ops
-from msched.assign import Assignment, assign_streams
+from msched.assign import Assignment, assign_streams, serial_assignment
 from msched.cost import CostModel, DefaultCostModel
 from msched.dag import Dag, build_dag
 from msched.emit import plan_emission, relink
@@ -141,7 +141,11 @@ def schedule(
     graph = gm.graph
     dag = build_dag(gm)
     _check_unscheduled(graph)
-    assignment = assign_streams(dag, num_streams, cost_model or DefaultCostModel())
+    model = cost_model or DefaultCostModel()
+    if num_streams == 1:
+        assignment = serial_assignment(dag, model)
+    else:
+        assignment = assign_streams(dag, num_streams, model)
     original = _GraphSnapshot.of(graph)
     if num_streams == 1:
         streams: dict[Node, int] = dict.fromkeys(dag.nodes, 0)

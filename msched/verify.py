@@ -18,23 +18,30 @@ Algorithm:
    ``original``, from the same rules applied to the scheduled host order.  An edge ``u -> v``
    holds when ``v``'s clock has seen ``u``'s stamp; otherwise it is a ``race`` (hazard
    ``data``, ``raw``, ``war`` or ``waw``) or, into ``output``, ``exit-not-joined``.
-4. A tensor produced on one stream and used on another needs a ``record_stream`` for the
-   using stream (``missing-record-stream``), unless its storage is a graph input.
+4. ``output`` happens after the last write of every storage and after every node whose
+   value nobody uses (``exit-not-joined``), whether or not the original's Dag says so.
+5. A tensor used on another stream than the one that allocated it needs a ``record_stream``
+   for the using stream (``missing-record-stream``); storages of graph inputs never do.
+   When the emitter prunes record_streams (`msched.emit.PRUNE_RECORD_STREAMS`), only the
+   uses `msched.lifetimes` finds unsafe need one: the same rule on both sides.
 
 Cost: O(nodes + edges) dictionary work plus O(streams) per wait.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import cast
 
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_arg
 
-from msched.dag import DATA, RAW, WAR, WAW, Dag, _add_read_edges, _add_write_edges, build_dag
+from msched import emit
+from msched.dag import DATA, EXIT, RAW, WAR, WAW, Dag, build_dag
 from msched.effects import Effects, compute_effects, produces_tensor
 from msched.errors import InvalidArgumentError, ScheduleVerificationError
+from msched.lifetimes import UnsafeUse, unsafe_cross_stream_uses
 from msched.streams import Dialect, StreamProgram, graph_of, interpret
 
 KINDS = (
@@ -49,7 +56,9 @@ KINDS = (
 )
 HAZARDS = ("data", "raw", "war", "waw")
 _INPUT_OPS = ("placeholder", "get_attr")
-_HAZARD_BITS = ((DATA, "data"), (RAW, "raw"), (WAR, "war"), (WAW, "waw"))
+# A pair with several reasons is named by the most specific one: a mutating op both reads and
+# writes its target, so two captures of one buffer are RAW and WAW; call that a WAW.
+_HAZARD_BITS = ((DATA, "data"), (WAW, "waw"), (RAW, "raw"), (WAR, "war"))
 
 
 @dataclass(frozen=True)
@@ -135,6 +144,13 @@ class _Found:
     def __init__(self) -> None:
         self.items: list[Violation] = []
         self.pairs: set[tuple[Node, Node]] = set()
+        self.unjoined: set[Node] = set()  # aux-stream first nodes already reported
+        self._position: dict[Node, int] | None = None
+
+    def position(self, clocks: Clocks) -> dict[Node, int]:
+        if self._position is None:
+            self._position = {n: i for i, n in enumerate(clocks.order)}
+        return self._position
 
     def add(self, kind: str, nodes: Iterable[str], message: str, **extra: object) -> None:
         self.items.append(Violation(kind, tuple(nodes), message, **extra))  # type: ignore[arg-type]
@@ -166,16 +182,18 @@ def verify(
     clocks = run_clocks(program, width, found)
     _check_stream_ids(program, num_streams, found)
     if before is None:
-        effects = compute_effects(graph)
+        effects = compute_effects(_in_topological_order(graph))
         deps = host_order_dependencies(clocks.order, effects, program.output)
         _check_orderings(deps, clocks, effects, None, found)
-        root_name = {n: effects.root[n].name for n in clocks.order}
+        root: Mapping[Node, Node] = effects.root
     else:
         dag = build_dag(before)
-        match = _match_nodes(dag, graph, clocks, found)
+        match = _match_nodes(dag, program, found)
+        exits = {dag.output: exit_dependencies(dag.nodes, dag.effects, dag.output)}
         _check_orderings(dag.preds, clocks, dag.effects, match, found)
-        root_name = _mapped_roots(dag, match)
-    _check_record_streams(program, clocks, root_name, found)
+        _check_orderings(exits, clocks, dag.effects, match, found)
+        root = _mapped_roots(dag, match)
+    _check_record_streams(program, clocks, root, found)
     return Report(tuple(found.items), width, len(clocks.order))
 
 
@@ -220,3 +238,412 @@ def _check_stream_ids(program: StreamProgram, num_streams: int | None, found: _F
                     f"{num_streams} stream(s) (0..{num_streams - 1}): use a stream in range",
                     streams=(step.arg,),
                 )
+
+
+def run_clocks(program: StreamProgram, width: int, found: _Found | None = None) -> Clocks:
+    """Stamp every node that runs with its vector clock (step 2 of `verify`).
+
+    ``width`` is the number of clock entries (at least ``program.num_streams``).  Waits on
+    events that were never recorded, and auxiliary streams that start without joining stream
+    0, are reported to ``found`` when given.
+    """
+    vc = [[-1] * width for _ in range(width)]
+    vc[0][0] = 0
+    joined = [tuple(row) for row in vc]
+    count = [0] * width
+    events: dict[int, tuple[int, ...]] = {}
+    stamp: dict[Node, Stamp] = {}
+    order: list[Node] = []
+    out = program.output
+    for step in program.steps:
+        node, kind, s = step.node, step.kind, step.stream
+        if kind == "compute":
+            order.append(node)
+            if node.op in _INPUT_OPS:
+                stamp[node] = _INPUT_STAMP
+                continue
+            if node is out:
+                stamp[node] = (s, count[s] + 1, joined[s])
+                break
+            k = count[s] = count[s] + 1
+            vc[s][s] = k
+            stamp[node] = (s, k, joined[s])
+            if k == 1 and s != 0 and joined[s][0] < 0 and found is not None:
+                _unjoined_start(node, s, found)
+        elif kind == "record_event":
+            events[step.arg] = tuple(vc[s])  # type: ignore[index]
+        elif kind == "wait_event":
+            snap = events.get(step.arg)  # type: ignore[arg-type]
+            if snap is None:
+                if found is not None:
+                    _unrecorded(program, step.node, s, step.arg, found)  # type: ignore[arg-type]
+                continue
+            row = vc[s]
+            for t, x in enumerate(snap):
+                if x > row[t]:
+                    row[t] = x
+            joined[s] = tuple(row)
+    return Clocks(stamp, tuple(order), width)
+
+
+def _unjoined_start(node: Node, s: int, found: _Found) -> None:
+    found.unjoined.add(node)
+    found.add(
+        "race",
+        [node.name],
+        f"stream {s} starts with `{node.name}` without joining stream 0, where graph inputs "
+        f"and the caller's earlier work are ready: record an event on stream 0 and wait on it "
+        f"on stream {s} before `{node.name}`",
+        hazard="data",
+        streams=(s,),
+    )
+
+
+def _unrecorded(program: StreamProgram, node: Node, s: int, event: int, found: _Found) -> None:
+    later = [st.node.name for st in program.steps if st.kind == "record_event" and st.arg == event]
+    where = f"it is first recorded later, by `{later[0]}`" if later else "it is never recorded"
+    found.add(
+        "unrecorded-event",
+        [node.name],
+        f"`{node.name}` on stream {s} waits for event {event}, but {where}: record the event "
+        "(after the work to wait for) before waiting on it",
+        streams=(s,),
+    )
+
+
+def host_order_dependencies(
+    order: Iterable[Node], effects: Effects, output: Node
+) -> dict[Node, dict[Node, int]]:
+    """The `msched.dag.Dag` rules applied to ``order`` (compute nodes in host order).
+
+    Returns ``{node: {dependency: reason bits}}`` with data, RAW, WAR, WAW and exit edges,
+    where program order is the given order; stream ops must not be in ``order``.
+    """
+    order = tuple(order)
+    preds: dict[Node, dict[Node, int]] = {}
+    last_write: dict[Node, Node] = {}
+    reads_since: dict[Node, list[Node]] = {}
+    written = {s for n in order for s in effects.writes[n]}
+    world: Node | None = None  # the last side effect that writes no tensor of the graph
+    for node in order:
+        deps = dict.fromkeys(node.all_input_nodes, DATA)
+        _hazards(node, effects, written, deps, last_write, reads_since)
+        if node in effects.side_effects and not effects.writes[node] and node is not output:
+            if world is not None:
+                deps[world] = deps.get(world, 0) | WAW
+            world = node
+        preds[node] = deps
+    if output in preds:
+        preds[output].update(exit_dependencies(order, effects, output, preds))
+    return preds
+
+
+def _hazards(
+    node: Node,
+    effects: Effects,
+    written: set[Node],
+    deps: dict[Node, int],
+    last_write: dict[Node, Node],
+    reads_since: dict[Node, list[Node]],
+) -> None:
+    """Add ``node``'s RAW, WAW and WAR edges; only written storages can have hazards."""
+    for storage in effects.reads[node]:
+        if storage in written:
+            writer = last_write.get(storage)
+            if writer is not None and writer is not node:
+                deps[writer] = deps.get(writer, 0) | RAW
+            reads_since.setdefault(storage, []).append(node)
+    for storage in effects.writes[node]:
+        writer = last_write.get(storage)
+        if writer is not None and writer is not node:
+            deps[writer] = deps.get(writer, 0) | WAW
+        for reader in reads_since.get(storage, ()):
+            if reader is not node:
+                deps[reader] = deps.get(reader, 0) | WAR
+        last_write[storage] = node
+        reads_since[storage] = []
+
+
+def exit_dependencies(
+    nodes: Iterable[Node],
+    effects: Effects,
+    output: Node,
+    present: Mapping[Node, object] | None = None,
+) -> dict[Node, int]:
+    """What ``output`` must happen after: the last write of every storage, and every node
+    whose value nobody uses (captures and other side effects among them).
+
+    Users not in ``present`` (when given) do not count: stream ops, nodes that never run.
+    """
+    deps: dict[Node, int] = {}
+    last_write: dict[Node, Node] = {}
+    for node in nodes:
+        if node is output or node.op in _INPUT_OPS:
+            continue
+        for storage in effects.writes.get(node, ()):
+            last_write[storage] = node
+        users = node.users if present is None else [u for u in node.users if u in present]
+        if not users:
+            deps[node] = EXIT
+    for writer in last_write.values():
+        deps[writer] = deps.get(writer, 0) | EXIT
+    return deps
+
+
+def _in_topological_order(graph: Graph) -> Graph:
+    """``graph``, or a stand-in listing its nodes inputs-first when some node is used before
+    its definition (a broken schedule): `compute_effects` needs every input seen first."""
+    seen: set[Node] = set()
+    for node in graph.nodes:
+        if any(i not in seen for i in node.all_input_nodes):
+            return cast(Graph, _NodeList(_topological(graph)))
+        seen.add(node)
+    return graph
+
+
+@dataclass(frozen=True)
+class _NodeList:
+    nodes: tuple[Node, ...]
+
+
+def _topological(graph: Graph) -> tuple[Node, ...]:
+    """Every node after its inputs, otherwise in graph order."""
+    done: dict[Node, None] = {}
+    for node in graph.nodes:
+        stack = [node]
+        while stack:
+            top = stack[-1]
+            if top in done:
+                stack.pop()
+                continue
+            missing = [i for i in top.all_input_nodes if i not in done]
+            if missing:
+                stack.extend(missing)
+            else:
+                done[stack.pop()] = None
+    return tuple(done)
+
+
+def _check_orderings(
+    preds: dict[Node, dict[Node, int]],
+    clocks: Clocks,
+    effects: Effects,
+    match: dict[Node, Node] | None,
+    found: _Found,
+) -> None:
+    """Report every dependency ``u -> v`` whose ``u`` does not happen before ``v``.
+
+    ``preds`` and ``effects`` are keyed by the nodes of the graph that defines the orderings;
+    ``match`` maps them to the scheduled nodes (None: they are the scheduled nodes).
+    """
+    stamp = clocks.stamp
+    if match is None:
+        match = {n: n for n in clocks.order}
+    get = match.get
+    for v_key, deps in preds.items():
+        v = get(v_key)
+        at_v = stamp.get(v) if v is not None else None
+        if at_v is None:
+            continue
+        sv, kv, clock = at_v
+        for u_key, mask in deps.items():
+            u = get(u_key)
+            at_u = stamp.get(u) if u is not None else None
+            if at_u is None:
+                continue
+            su, ku = at_u[0], at_u[1]
+            if (ku < kv) if su == sv else (clock[su] >= ku):
+                continue
+            _report_ordering(u_key, v_key, mask, (u, v), clocks, effects, found)  # type: ignore[arg-type]
+
+
+def _report_ordering(
+    u_key: Node,
+    v_key: Node,
+    mask: int,
+    pair: tuple[Node, Node],
+    clocks: Clocks,
+    effects: Effects,
+    found: _Found,
+) -> None:
+    u, v = pair
+    if pair in found.pairs or (u.op in _INPUT_OPS and v in found.unjoined):
+        return
+    found.pairs.add(pair)
+    su, sv = clocks.stamp[u][0], clocks.stamp[v][0]
+    if v.op == "output":
+        found.add(
+            "exit-not-joined",
+            [u.name, v.name],
+            f"output on stream {sv} does not wait for `{u.name}` on stream {su}: record an "
+            f"event after it and wait on it before output",
+            streams=(su, sv),
+        )
+        return
+    hazard = next((name for bit, name in _HAZARD_BITS if mask & bit), "data")
+    what = _what(hazard, u_key, v_key, effects)
+    position = found.position(clocks)
+    if position[u] > position[v]:
+        fix = f"issue `{u.name}` before `{v.name}`" + (
+            f", record an event after it and wait on it on stream {sv}" if su != sv else ""
+        )
+        message = (
+            f"`{v.name}` on stream {sv} {what}, but `{u.name}` (stream {su}) is issued after "
+            f"it, against program order: {fix}"
+        )
+    elif u.op in _INPUT_OPS:
+        message = (
+            f"`{v.name}` on stream {sv} {what} before stream {sv} has joined stream 0, where "
+            f"graph inputs are ready: wait on an event recorded on stream 0 before `{v.name}`"
+        )
+    else:
+        message = (
+            f"`{v.name}` on stream {sv} {what} without waiting for `{u.name}` on stream {su}: "
+            f"record an event after `{u.name}` and wait on it on stream {sv} before `{v.name}`"
+        )
+    found.add("race", [u.name, v.name], message, hazard=hazard, streams=(su, sv))
+
+
+def _what(hazard: str, u: Node, v: Node, effects: Effects) -> str:
+    """What ``v`` does that needs ``u`` first, naming the storage they share."""
+    if hazard == "data":
+        return f"uses `{u.name}`"
+    if hazard == "raw":
+        shared = _shared(effects.writes.get(u, ()), effects.reads.get(v, ()))
+        return f"reads {shared}, which `{u.name}` writes,"
+    if hazard == "war":
+        shared = _shared(effects.reads.get(u, ()), effects.writes.get(v, ()))
+        return f"writes {shared}, which `{u.name}` reads,"
+    shared = _shared(effects.writes.get(u, ()), effects.writes.get(v, ()))
+    return f"writes {shared} after `{u.name}` writes it,"
+
+
+def _shared(a: tuple[Node, ...], b: tuple[Node, ...]) -> str:
+    common = [n.name for n in a if n in b]
+    if not common:
+        return "the world outside the graph (both have side effects)"
+    return ", ".join(f"`{name}`" for name in common)
+
+
+def _match_nodes(dag: Dag, program: StreamProgram, found: _Found) -> dict[Node, Node]:
+    """Map the original nodes to the scheduled ones by name; report missing and duplicates."""
+    by_name = {st.node.name: st.node for st in program.steps if st.kind == "compute"}
+    match: dict[Node, Node] = {}
+    for node in dag.nodes:
+        scheduled = by_name.get(node.name)
+        if scheduled is None:
+            found.add(
+                "missing-node",
+                [node.name],
+                f"`{node.name}` of the original graph is not in the scheduled graph: the "
+                "schedule dropped it; emit it before output",
+            )
+        else:
+            match[node] = scheduled
+    if len(by_name) > len(match):
+        names = {n.name for n in dag.nodes}
+        extras = [n for n in by_name.values() if n.name not in names]
+        _check_duplicates(dag, extras, found)
+    return match
+
+
+def _signature(node: Node) -> str:
+    """What a node computes, by the names of its inputs: equal for a node and its copy."""
+    args = map_arg(node.args, lambda n: n.name)
+    kwargs = map_arg(node.kwargs, lambda n: n.name)
+    return repr((node.op, node.target, args, kwargs))
+
+
+def _check_duplicates(dag: Dag, extras: list[Node], found: _Found) -> None:
+    """Extra scheduled nodes that compute the same as an original node are duplicates."""
+    by_signature: dict[str, Node] = {}
+    for node in dag.nodes:
+        by_signature.setdefault(_signature(node), node)
+    for extra in extras:
+        twin = by_signature.get(_signature(extra))
+        if twin is None:
+            continue
+        found.add(
+            "duplicate-node",
+            [twin.name, extra.name],
+            f"`{extra.name}` repeats `{twin.name}` of the original graph, which must run "
+            f"exactly once: remove `{extra.name}`",
+        )
+
+
+def _mapped_roots(dag: Dag, match: dict[Node, Node]) -> dict[Node, Node]:
+    """Scheduled node -> the scheduled node that is its storage root in the original graph."""
+    root = dag.effects.root
+    return {s: match.get(root[o], s) for o, s in match.items()}
+
+
+def _check_record_streams(
+    program: StreamProgram, clocks: Clocks, root: Mapping[Node, Node], found: _Found
+) -> None:
+    """Report cross-stream uses that need a ``record_stream`` and have none before output.
+
+    The rule is the emitter's (`msched.emit.PRUNE_RECORD_STREAMS` says which), so that
+    everything `msched.schedule` emits verifies: every use of a tensor on another stream than
+    its producer's, or, when pruning, only the uses `msched.lifetimes` finds unsafe.  A record
+    of any alias of the storage for the using stream counts.
+    """
+    recorded: set[tuple[Node, int]] = set()
+    for step in program.steps:
+        if step.node is program.output:
+            break
+        if step.kind == "record_stream" and step.tensor is not None and step.arg is not None:
+            recorded.add((root.get(step.tensor, step.tensor), step.arg))
+    if emit.PRUNE_RECORD_STREAMS:
+        uses = _unsafe_uses(program, clocks, root)
+    else:
+        uses = _cross_stream_uses(clocks, root)
+    for use in uses:
+        if (use.root, use.stream) not in recorded:
+            recorded.add((use.root, use.stream))  # one report per storage and stream
+            _missing_record(use, clocks.stamp[use.root][0], found)
+
+
+def _cross_stream_uses(clocks: Clocks, root: Mapping[Node, Node]) -> list[UnsafeUse]:
+    """Every use of a tensor on another stream than its producer's (graph inputs exempt)."""
+    stamp = clocks.stamp
+    uses = []
+    for node in clocks.order:
+        s, k, _ = stamp[node]
+        if not k:
+            continue  # a graph input
+        for value in node.all_input_nodes:
+            at = stamp.get(value)
+            if at is None or at[0] == s or not at[1]:
+                continue
+            r = root.get(value, value)
+            if r.op not in _INPUT_OPS and produces_tensor(value):
+                uses.append(UnsafeUse(r, s, value, node))
+    return uses
+
+
+def _unsafe_uses(
+    program: StreamProgram, clocks: Clocks, root: Mapping[Node, Node]
+) -> list[UnsafeUse]:
+    stamp = clocks.stamp
+    body = [n for n in clocks.order if stamp[n][1] and n is not program.output]
+    return unsafe_cross_stream_uses(
+        body,
+        program.output,
+        {n: stamp[n][0] for n in body},
+        {n: stamp[n][1] for n in body},
+        {n: stamp[n][2] for n in body},
+        root,
+        produces_tensor,
+    )
+
+
+def _missing_record(use: UnsafeUse, home: int, found: _Found) -> None:
+    t, s = use.tensor.name, use.stream
+    found.add(
+        "missing-record-stream",
+        [t, use.user.name],
+        f"`{t}` is allocated on stream {home} and used by `{use.user.name}` on stream {s} "
+        f"without record_stream: add record_stream({t}, {s}) before `{use.user.name}` so "
+        f"the caching allocator does not reuse its memory while stream {s} may still read it",
+        streams=(home, s),
+    )

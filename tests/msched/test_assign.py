@@ -81,3 +81,15 @@ def test_lane_finds_the_earliest_gap_that_fits() -> None:
     assert lane.earliest(21.0, 5.0) == 30.0
     lane.occupy(10.0, 12.0)
     assert (lane.starts, lane.ends) == ([0.0, 25.0], [20.0, 30.0])
+
+
+def test_one_stream_assignment_follows_the_input_order() -> None:
+    stack = decoder_stack(3, (0, 2))
+    sched = msched.schedule(stack.gm, 1)
+    a = sched.assignment
+    compute = [n for n in stack.gm.graph.nodes if n.op == "call_function"]
+    assert list(a.order) == compute
+    starts = [a.start[n] for n in compute]
+    assert starts == sorted(starts)
+    assert a.start[stack.captures[0]] < a.start[stack.captures[1]] < a.makespan
+    assert sched.makespan == a.total_cost

@@ -1,0 +1,269 @@
+"""`msched.backend`: a ``torch.compile`` backend that schedules every graph onto streams.
+
+Why: users compile real models, and the bug msched exists for appeared only under piecewise
+compilation, where every piece is a graph of its own and a capture in a piece has no path to
+that piece's output.  The backend runs the same pipeline an inference engine does, so tests
+can show the whole path end to end.
+
+For each graph dynamo hands it:
+
+1. AOT autograd for inference, keeping input mutations in the graph (a mutated graph input
+   gets a ``copy_`` into its placeholder).  Training graphs are refused.
+2. Re-inplace every ``auto_functionalized`` / ``auto_functionalized_v2`` node from the
+   op's schema (`msched._reinplace`); the ``copy_`` write-backs that become ``copy_(x, x)``
+   disappear.
+3. With ``piecewise=True``, split the graph at every call of a ``split_ops`` op (each such
+   call is a piece of its own; default: ``msched::attention``) with
+   ``torch.fx.passes.split_module``, keeping program order between pieces.
+4. `msched.schedule` each piece; with ``verify=True``, `msched.verify` it against its
+   unscheduled original and raise `PieceVerificationError` naming the piece on a violation.
+5. Return a callable that runs the graph inside the module's own `StreamRuntime`
+   (``with runtime.active():``), so stream ids mean this module's CUDA streams and events.
+
+Errors raised inside a backend reach the caller of a ``torch.compile``'d model wrapped in
+``torch._dynamo.exc.BackendCompilerFailed``; `trace` unwraps msched's own errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.fx import GraphModule, Node
+from torch.fx.passes.split_module import split_module
+
+from msched import decoder  # noqa: F401  (defines msched::attention, the default split op)
+from msched._reinplace import reinplace
+from msched.cost import CostModel
+from msched.errors import InvalidArgumentError, MschedError, ScheduleVerificationError
+from msched.runtime import StreamRuntime
+from msched.schedule import Schedule, schedule
+from msched.verify import Report, verify
+
+
+class PieceVerificationError(ScheduleVerificationError):
+    """A scheduled piece failed `msched.verify`; the message names the piece."""
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """The settings of one `backend`; plain data."""
+
+    num_streams: int = 2
+    piecewise: bool = False
+    split_ops: tuple[Any, ...] = ()
+    verify: bool = True
+    cost_model: CostModel | None = None
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One scheduled graph: ``name`` is ``graph<i>`` or ``graph<i>.submod_<k>``.
+
+    ``gm`` is the scheduled module as the runtime calls it; ``schedule.original`` is the
+    piece before scheduling; ``report`` is the verification report (None if not verified).
+    """
+
+    name: str
+    gm: GraphModule
+    schedule: Schedule
+    report: Report | None
+
+
+@dataclass(frozen=True)
+class CompiledGraph:
+    """One graph dynamo handed to the backend: the module that runs it and its pieces."""
+
+    name: str
+    module: GraphModule
+    pieces: tuple[Piece, ...]
+    runtime: StreamRuntime
+
+
+class MschedBackend:
+    """The callable `backend` returns; records what it compiled in `graphs` / `pieces`."""
+
+    def __init__(
+        self, config: BackendConfig, runtime_factory: Callable[[], StreamRuntime] = StreamRuntime
+    ) -> None:
+        self.config = config
+        # Benchmarks pass a runtime that delays auxiliary streams; everyone else the default.
+        self.runtime_factory = runtime_factory
+        self._graphs: list[CompiledGraph] = []
+        self.__name__ = "msched"
+
+    @property
+    def graphs(self) -> tuple[CompiledGraph, ...]:
+        """Every graph compiled so far, in order (a recompile adds one)."""
+        return tuple(self._graphs)
+
+    @property
+    def pieces(self) -> tuple[Piece, ...]:
+        """The pieces of every graph compiled so far, in order."""
+        return tuple(p for g in self._graphs for p in g.pieces)
+
+    def __call__(self, gm: GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        from torch._functorch.aot_autograd import aot_module_simplified
+
+        return aot_module_simplified(
+            gm,
+            example_inputs,
+            fw_compiler=self._refuse_training,
+            inference_compiler=self._compile_inference,
+            keep_inference_input_mutations=True,
+        )
+
+    def _refuse_training(self, gm: GraphModule, example_inputs: Sequence[Any]) -> Any:
+        raise MschedError(
+            "msched.backend compiles inference graphs only, but this graph needs autograd; "
+            "run the model under torch.no_grad() or freeze its parameters"
+        )
+
+    def _compile_inference(self, gm: GraphModule, example_inputs: Sequence[Any]) -> Any:
+        name = f"graph{len(self._graphs)}"
+        compiled = compile_graph(gm, self.config, name, self.runtime_factory())
+        self._graphs.append(compiled)
+        return _BoxedRunner(compiled.module, compiled.runtime)
+
+
+class _BoxedRunner:
+    """Runs a compiled graph inside its runtime; AOT autograd calls it with a list."""
+
+    _boxed_call = True
+
+    def __init__(self, module: GraphModule, runtime: StreamRuntime) -> None:
+        self.module = module
+        self.runtime = runtime
+
+    def __call__(self, args: list[Any]) -> Any:
+        with self.runtime.active():
+            return self.module(*args)
+
+
+def backend(
+    num_streams: int = 2,
+    piecewise: bool = False,
+    split_ops: Iterable[Any] | None = None,
+    verify: bool = True,
+    cost_model: CostModel | None = None,
+) -> MschedBackend:
+    """A ``torch.compile`` backend that schedules every graph onto ``num_streams`` streams.
+
+    ``split_ops`` (``OpOverload``s or ``OpOverloadPacket``s) are where ``piecewise=True``
+    splits; default ``torch.ops.msched.attention``.  ``verify=True`` verifies every piece and
+    raises `PieceVerificationError` naming it on a violation.  See the module docstring.
+    """
+    if isinstance(num_streams, bool) or not isinstance(num_streams, int) or num_streams < 1:
+        raise InvalidArgumentError(f"num_streams must be an int >= 1, got {num_streams!r}")
+    ops = tuple(split_ops) if split_ops is not None else (torch.ops.msched.attention,)
+    kinds = (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
+    bad = [op for op in ops if not isinstance(op, kinds)]
+    if bad:
+        raise InvalidArgumentError(f"split_ops must be torch ops, got {bad!r}")
+    config = BackendConfig(num_streams, bool(piecewise), ops, bool(verify), cost_model)
+    return MschedBackend(config)
+
+
+def compile_graph(
+    gm: GraphModule,
+    config: BackendConfig,
+    name: str = "graph",
+    runtime: StreamRuntime | None = None,
+) -> CompiledGraph:
+    """Steps 2-4 of the module docstring on an AOT inference graph; ``gm`` is rewritten.
+
+    ``runtime`` (default: a new `StreamRuntime`) is the one the compiled graph will run in.
+    """
+    reinplace(gm)
+    if config.piecewise:
+        module = split_pieces(gm, config.split_ops)
+        parts = [(f"{name}.{sub}", getattr(module, sub)) for sub in _submodule_calls(module)]
+    else:
+        module, parts = gm, [(name, gm)]
+    pieces = tuple(_schedule_piece(piece_name, part, config) for piece_name, part in parts)
+    return CompiledGraph(name, module, pieces, runtime or StreamRuntime())
+
+
+def _schedule_piece(name: str, gm: GraphModule, config: BackendConfig) -> Piece:
+    sched = schedule(gm, config.num_streams, config.cost_model)
+    report = None
+    if config.verify:
+        report = verify(gm, original=sched.original, num_streams=config.num_streams)
+        if not report.ok:
+            raise PieceVerificationError(f"piece {name} failed verification: {report}")
+    return Piece(name, gm, sched, report)
+
+
+def _is_split_op(node: Node, split_ops: tuple[Any, ...]) -> bool:
+    if node.op != "call_function":
+        return False
+    target = node.target
+    packet = getattr(target, "overloadpacket", None)
+    return any(target is op or (packet is not None and packet is op) for op in split_ops)
+
+
+def split_pieces(gm: GraphModule, split_ops: tuple[Any, ...]) -> GraphModule:
+    """Split ``gm`` so that every call of a ``split_ops`` op is a piece of its own.
+
+    Pieces are the maximal runs of program order between split calls, so running them in
+    order runs the program in order (mutations included).  Returns the stitching module;
+    its ``submod_<k>`` attributes are the pieces.
+    """
+    partition: dict[Node, int] = {}
+    current = 0
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "get_attr", "output"):
+            continue
+        if _is_split_op(node, split_ops):
+            partition[node] = current + 1
+            current += 2
+        else:
+            partition[node] = current
+    return split_module(gm, gm, partition.__getitem__, keep_original_order=True,
+                        keep_original_node_name=True)
+
+
+def _submodule_calls(module: GraphModule) -> list[str]:
+    return [str(n.target) for n in module.graph.nodes if n.op == "call_module"]
+
+
+def trace(model: torch.nn.Module, *inputs: Any, **backend_kwargs: Any) -> tuple[GraphModule, ...]:
+    """Compile ``model`` with ``backend(**backend_kwargs)``, run it once on ``inputs``, and
+    return the scheduled pieces (GraphModules) in the order the backend saw them.
+
+    See `compile_and_run` for what the run does to dynamo's caches and to ``inputs``.
+    """
+    b, _ = compile_and_run(model, inputs, backend(**backend_kwargs))
+    return tuple(p.gm for p in b.pieces)
+
+
+def compile_and_run(
+    model: torch.nn.Module, inputs: Sequence[Any], b: MschedBackend
+) -> tuple[MschedBackend, Callable[..., Any]]:
+    """``torch.compile(model, backend=b)``, called once on ``inputs``; returns ``b`` and the
+    compiled callable.
+
+    Runs under ``torch.no_grad()`` (inference), after ``torch._dynamo.reset()`` so that an
+    earlier compilation of the same code can neither be reused nor exhaust dynamo's
+    recompile limit (other compiled functions recompile on their next call).  In-place
+    inputs (capture buffers) are written by the run.  msched's errors raised while compiling
+    are re-raised unwrapped; a model dynamo runs eagerly raises `MschedError`.
+    """
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=b)
+    try:
+        with torch.no_grad():
+            compiled(*inputs)
+    except torch._dynamo.exc.BackendCompilerFailed as failed:
+        inner = getattr(failed, "inner_exception", None)
+        if isinstance(inner, MschedError):
+            raise inner from failed
+        raise
+    if not b.graphs:
+        raise MschedError(
+            f"torch.compile never handed a graph of {type(model).__name__} to msched.backend "
+            "(the model ran eagerly); check torch._dynamo.explain(model)(*inputs)"
+        )
+    return b, compiled

@@ -1,0 +1,125 @@
+"""Options of the plugin and the stream counts a test runs with.
+
+Stream counts come from, in order of precedence: the ``multistream`` marker, the command line
+(``--msched-streams``), the ini option ``msched_streams``, and `DEFAULT_STREAMS`.  Everything
+here is plain data computed from the config or a marker, so that every pytest-xdist worker
+computes the same parametrization.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+DEFAULT_STREAMS: tuple[int, ...] = (2, 3)
+VERIFY_MODES: tuple[str, ...] = ("strict", "off")
+MARKER = "multistream"
+MARKER_HELP = (
+    "multistream(streams=[2, 3]): run the test once per stream count, as test[streams2], "
+    "test[streams3], ...; the count is the num_streams fixture (default: --msched-streams, "
+    "then the msched_streams ini option, then 2,3)"
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The session-wide settings of the plugin, resolved once in ``pytest_configure``.
+
+    ``streams`` is the command-line value, else the ini value, else `DEFAULT_STREAMS`;
+    ``verify`` is ``"strict"`` or ``"off"``; ``dump_dir`` is where ``--msched-dump`` writes
+    the graphs of failing tests (``None``: do not write them).
+    """
+
+    streams: tuple[int, ...]
+    verify: str
+    dump_dir: Path | None
+
+
+SETTINGS_KEY = pytest.StashKey[Settings]()
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Register the ``--msched-*`` options and the ``msched_streams`` ini option."""
+    group = parser.getgroup("msched", "multi-stream schedules (pytest-msched)")
+    group.addoption(
+        "--msched-streams",
+        dest="msched_streams",
+        default=None,
+        type=_streams_argument,
+        metavar="N,N,...",
+        help="stream counts of multistream tests without streams=[...] (default: ini "
+        "msched_streams, then 2,3)",
+    )
+    group.addoption(
+        "--msched-verify",
+        dest="msched_verify",
+        default="strict",
+        choices=VERIFY_MODES,
+        help="strict (default): schedule_graph fails the test when msched.verify finds a "
+        "violation; off: do not verify",
+    )
+    group.addoption(
+        "--msched-dump",
+        dest="msched_dump",
+        default=None,
+        metavar="DIR",
+        help="write DOT and Perfetto trace JSON of the graphs scheduled by failing tests to DIR",
+    )
+    parser.addini(
+        "msched_streams",
+        "stream counts of multistream tests, e.g. 2,3 (overridden by --msched-streams)",
+        default="",
+    )
+
+
+def parse_streams(value: object) -> tuple[int, ...]:
+    """Check a list of stream counts; raise `ValueError` saying what is expected when bad.
+
+    A valid value is a non-empty list or tuple of distinct ints >= 1 (bools are not ints).
+    """
+    usage = "expected a list of distinct stream counts >= 1, e.g. [2, 3]"
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
+        raise ValueError(usage)
+    if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in value):
+        raise ValueError(usage)
+    if len(set(value)) != len(value):
+        raise ValueError(usage + " (a count is repeated)")
+    return tuple(value)
+
+
+def parse_streams_text(text: str) -> tuple[int, ...]:
+    """Parse ``"2,3,4"`` (commas and/or spaces) into ``(2, 3, 4)``; see `parse_streams`."""
+    parts = text.replace(",", " ").split()
+    try:
+        counts = [int(p) for p in parts]
+    except ValueError:
+        raise ValueError("expected stream counts separated by commas, e.g. 2,3") from None
+    return parse_streams(counts)
+
+
+def _streams_argument(text: str) -> tuple[int, ...]:
+    try:
+        return parse_streams_text(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{error}; got {text!r}") from None
+
+
+def resolve_settings(config: pytest.Config) -> Settings:
+    """Compute the `Settings` from the command line and ini; bad ini → `pytest.UsageError`."""
+    streams = config.getoption("msched_streams")
+    if streams is None:
+        ini = str(config.getini("msched_streams")).strip()
+        try:
+            streams = parse_streams_text(ini) if ini else None
+        except ValueError as error:
+            raise pytest.UsageError(f"ini option msched_streams: {error}; got {ini!r}") from None
+    dump = config.getoption("msched_dump")
+    return Settings(
+        streams=streams or DEFAULT_STREAMS,
+        verify=config.getoption("msched_verify"),
+        dump_dir=Path(dump).resolve() if dump else None,
+    )

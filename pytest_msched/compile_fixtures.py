@@ -1,0 +1,55 @@
+"""Fixtures around ``torch.compile`` with `msched.backend`; each wraps a plain msched function.
+
+- ``traced_decoder``: a factory of `msched.traced.TracedDecoder` — a `TinyDecoder` compiled
+  with ``msched.backend(num_streams, piecewise, ...)`` for the test's ``num_streams``, its
+  scheduled pieces, what each piece was called with, and the eager reference results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from msched.traced import TracedDecoder, trace_decoder
+
+# Compiling a 12-layer decoder takes seconds: one per stream count and arguments per session.
+_TRACED_KEY = pytest.StashKey[dict[Any, TracedDecoder]]()
+
+
+def _cache_key(num_streams: int, kwargs: dict[str, Any]) -> Any:
+    items = tuple(
+        sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items())
+    )
+    try:
+        hash(items)
+    except TypeError:
+        return None
+    return (num_streams, items)
+
+
+@pytest.fixture
+def traced_decoder(
+    request: pytest.FixtureRequest, num_streams: int
+) -> Callable[..., TracedDecoder]:
+    """``traced_decoder(piecewise=True, moe=False, n_layers=12, capture_layers=(1, 5, 11),
+    hidden=16, tokens=8, seed=0, **backend_kwargs) -> TracedDecoder`` on ``num_streams``.
+
+    ``.pieces`` are the scheduled pieces (``piece.gm``, ``piece.schedule.original``),
+    ``.piece_inputs[piece.name]`` their inputs, ``.output`` / ``.capture`` the compiled run
+    and ``.reference_output`` / ``.reference_capture`` the eager one.  Results are shared by
+    every test of the session that asks for the same arguments: treat them as read-only.
+    Compiling resets dynamo (`msched.backend.compile_and_run`).
+    """
+    cache = request.config.stash.setdefault(_TRACED_KEY, {})
+
+    def factory(**kwargs: Any) -> TracedDecoder:
+        key = _cache_key(num_streams, kwargs)
+        if key is None:
+            return trace_decoder(num_streams, **kwargs)
+        if key not in cache:
+            cache[key] = trace_decoder(num_streams, **kwargs)
+        return cache[key]
+
+    return factory

@@ -1,0 +1,462 @@
+"""`msched.backend`: torch.compile of TinyDecoder end to end, re-inplacing, pieces, errors.
+
+Compiling the 12-layer decoder takes seconds, so each configuration of the acceptance matrix
+is one test that compiles once (`trace_decoder`) and checks everything about the result; that
+also keeps the number of compilations fixed under ``pytest -n``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import operator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.fx import Graph, GraphModule, Node
+
+import msched
+from msched._reinplace import ReinplaceError, reinplace
+from msched.backend import MschedBackend, Piece, PieceVerificationError, compile_and_run
+from msched.dag import _without_exit_edges
+from msched.decoder import TinyDecoder
+from msched.effects import _REGISTERED_MUTATIONS, _REGISTERED_SIDE_EFFECTS
+from msched.simulate import execute
+from msched.traced import TracedDecoder, record_piece_inputs, trace_decoder
+from msched.verify import verify
+
+# The module, not the function `msched.backend` that shadows it as an attribute of msched.
+backend_module = importlib.import_module("msched.backend")
+CAPTURE = torch.ops.msched.inplace_slice_copy.default
+CONFIGS = [(s, p) for s in (1, 2, 3) for p in (False, True)]
+CONFIG_IDS = [f"streams{s}-{'piecewise' if p else 'whole'}" for s, p in CONFIGS]
+MOE = [pytest.param(False, id="mlp"), pytest.param(True, id="moe", marks=pytest.mark.slow)]
+HIDDEN, TOKENS = 8, 6
+
+
+def captures(gm: GraphModule) -> list[Node]:
+    return [n for n in gm.graph.nodes if n.target is CAPTURE]
+
+
+def capture_of(gm: GraphModule, columns: tuple[int, int]) -> Node:
+    (node,) = [n for n in captures(gm) if tuple(n.args[2:4]) == columns]
+    return node
+
+
+def input_index(gm: GraphModule, node: object) -> int:
+    return list(gm.graph.find_nodes(op="placeholder")).index(node)
+
+
+# --- the acceptance matrix ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("moe", MOE)
+@pytest.mark.parametrize(("num_streams", "piecewise"), CONFIGS, ids=CONFIG_IDS)
+def test_compiled_decoder(moe: bool, num_streams: int, piecewise: bool) -> None:
+    t = trace_decoder(num_streams, piecewise=piecewise, moe=moe, hidden=HIDDEN, tokens=TOKENS)
+    assert len(t.pieces) == (25 if piecewise else 1)  # 12 attention pieces + 13 between
+    check_equals_eager_exactly(t)
+    for piece in t.pieces:
+        check_verifies(piece, num_streams)
+    check_last_capture_before_return_and_joined(t)
+    if num_streams == 3:
+        check_adversarial_order_gives_the_same_results(t)
+
+
+def check_equals_eager_exactly(t: TracedDecoder) -> None:
+    # Same float32 kernels on the same values: scheduling only reorders independent nodes,
+    # so the results are bitwise equal, not merely close.
+    assert torch.equal(t.output, t.reference_output)
+    assert torch.equal(t.capture, t.reference_capture)
+    assert t.capture.abs().amin(dim=0).gt(0).all()  # every captured column was written
+
+
+def check_verifies(piece: Piece, num_streams: int) -> None:
+    assert piece.report is not None and piece.report.ok, piece.name  # the backend verified
+    report = verify(piece.gm, original=piece.schedule.original, num_streams=num_streams)
+    assert report.ok, f"{piece.name}: {report}"
+    assert piece.schedule.num_streams == num_streams
+
+
+def check_last_capture_before_return_and_joined(t: TracedDecoder) -> None:
+    piece = t.piece_capturing(11)
+    if t.piecewise:
+        assert piece is t.pieces[-1]  # the piece after the last attention: no path to output
+    columns = t.model.capture_slice(11)
+    code = piece.gm.code
+    line = f"{capture_of(piece.gm, columns).name} = torch.ops.msched.inplace_slice_copy"
+    assert 0 < code.index(line) < code.index("\n    return ")
+    dag = msched.build_dag(piece.schedule.original)
+    assert "exit" in dag.dependencies(dag.output)[capture_of(piece.schedule.original, columns)]
+
+
+def check_adversarial_order_gives_the_same_results(t: TracedDecoder) -> None:
+    """Every piece, with auxiliary streams as late as the stream ops allow, leaves its
+    inputs (the capture buffer among them) as a plain run of the unscheduled piece does."""
+    for piece in t.pieces:
+        inputs = t.piece_inputs[piece.name]
+        late = execute(piece.gm, *inputs, order="late-aux")
+        assert late.after_output == (), piece.name
+        expected = [v.clone() if isinstance(v, torch.Tensor) else v for v in inputs]
+        piece.schedule.original(*expected)
+        for got, want in zip(late.inputs_at_output, expected, strict=True):
+            if isinstance(want, torch.Tensor):
+                assert torch.equal(got, want), piece.name
+    last = t.piece_capturing(11)
+    columns = t.model.capture_slice(11)
+    dest = input_index(last.gm, capture_of(last.gm, columns).args[0])
+    late = execute(last.gm, *t.piece_inputs[last.name], order="late-aux")
+    assert torch.equal(late.inputs_at_output[dest][:, slice(*columns)],
+                       t.reference_capture[:, slice(*columns)])
+
+
+# --- dynamic shapes ------------------------------------------------------------------------
+
+
+def _fresh(model: TinyDecoder, tokens: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return model.example_inputs(tokens, seed=seed)
+
+
+def _check_call(compiled: Any, model: TinyDecoder, tokens: int, seed: int) -> None:
+    x, buf = _fresh(model, tokens, seed)
+    ref_buf = torch.zeros_like(buf)
+    with torch.no_grad():
+        ref = model(x, ref_buf)
+        out = compiled(x, buf)
+    assert torch.equal(out, ref)
+    assert torch.equal(buf, ref_buf)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dynamic", [None, True], ids=["recompile", "dynamic"])
+def test_second_call_with_other_token_count_and_fresh_buffer(dynamic: bool | None) -> None:
+    model = TinyDecoder(12, HIDDEN, (1, 5, 11), moe=True)
+    b = msched.backend(num_streams=3, piecewise=True)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=b, dynamic=dynamic)
+    _check_call(compiled, model, tokens=5, seed=1)
+    _check_call(compiled, model, tokens=9, seed=2)
+    _check_call(compiled, model, tokens=3, seed=3)
+    # dynamic=None: the second token count recompiles with a symbolic size, once.
+    assert len(b.graphs) == (2 if dynamic is None else 1)
+    first = b.graphs[-1].pieces[0].gm
+    shapes = [n.meta["val"].shape for n in first.graph.find_nodes(op="placeholder")]
+    assert any(isinstance(d, torch.SymInt) for shape in shapes for d in shape)
+    assert all(p.report is not None and p.report.ok for p in b.pieces)
+
+
+# --- a custom op nobody registered ---------------------------------------------------------
+
+
+@torch.library.custom_op("msched_test::scale_into", mutates_args=("out",))
+def scale_into(out: torch.Tensor, x: torch.Tensor, factor: float) -> None:
+    out.copy_(x * factor)
+
+
+class ScaleInto(torch.nn.Module):
+    """Writes ``2 * tanh(x @ w)`` into ``buf`` through a custom op; returns ``x @ w + 1``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8, 8), requires_grad=False)
+
+    def forward(self, x: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
+        h = x @ self.w
+        torch.ops.msched_test.scale_into(buf, torch.tanh(h), 2.0)
+        return (h + 1) @ self.w
+
+
+def test_unregistered_custom_op_is_scheduled_and_joined_at_exit() -> None:
+    op = torch.ops.msched_test.scale_into
+    assert op not in _REGISTERED_MUTATIONS and op.default not in _REGISTERED_MUTATIONS
+    assert op.default not in _REGISTERED_SIDE_EFFECTS
+    model = ScaleInto()
+    x, buf, ref_buf = torch.randn(4, 8), torch.zeros(4, 8), torch.zeros(4, 8)
+    ref = model(x, ref_buf)
+    b, compiled = compile_and_run(model, (x, buf), msched.backend(num_streams=2))
+    (piece,) = b.pieces
+    (call,) = [n for n in piece.gm.graph.nodes if n.target is op.default]
+    assert piece.schedule.stream_of(call) == 1  # off the critical path, so the exit must join
+    assert piece.report is not None and piece.report.ok
+    dag = msched.build_dag(piece.schedule.original)
+    original_call = next(n for n in dag.nodes if n.target is op.default)
+    assert "exit" in dag.dependencies(dag.output)[original_call]
+    assert piece.gm.code.index("scale_into") < piece.gm.code.index("return")
+    assert torch.equal(buf, ref_buf)
+    with torch.no_grad():
+        assert torch.equal(compiled(x, buf), ref)
+
+
+# --- ablation: without exit edges the last capture races ------------------------------------
+
+
+def test_without_exit_edges_the_last_capture_races_and_verify_says_so() -> None:
+    model = TinyDecoder(12, HIDDEN, (1, 5, 11))
+    b = msched.backend(num_streams=3, piecewise=True, verify=False)
+    with _without_exit_edges():
+        _, compiled = compile_and_run(model, model.example_inputs(TOKENS), b)
+    last = b.pieces[-1]
+    columns = model.capture_slice(11)
+    capture = capture_of(last.gm, columns)
+
+    report = verify(last.gm, original=last.schedule.original)
+    assert [(v.kind, v.nodes) for v in report.violations] == [
+        ("exit-not-joined", (capture.name, "output"))
+    ], str(report)
+
+    # On CPU the host order hides the race: the buffer is right after the call.  The
+    # adversarial executor shows it as a number: at output, the columns of layer 11 still hold
+    # what they held before the piece ran (zeros), because the capture runs after output.
+    x, buf = model.example_inputs(TOKENS)
+    with torch.no_grad(), record_piece_inputs([last]) as seen:
+        compiled(x, buf)
+    assert buf[:, slice(*columns)].ne(0).all()
+    late = execute(last.gm, *seen[last.name], order="late-aux")
+    assert capture.name in late.after_output
+    at_output = late.inputs_at_output[input_index(last.gm, capture.args[0])]
+    assert torch.equal(at_output[:, slice(*columns)], torch.zeros(TOKENS, HIDDEN))
+
+
+# --- errors --------------------------------------------------------------------------------
+
+
+def test_piece_failing_verification_raises_naming_the_piece(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = backend_module.schedule
+
+    def schedule_without_exit_edges(*args: Any, **kwargs: Any) -> msched.Schedule:
+        with _without_exit_edges():
+            return real(*args, **kwargs)
+
+    monkeypatch.setattr(backend_module, "schedule", schedule_without_exit_edges)
+    model = TinyDecoder(12, HIDDEN, (1, 5, 11))
+    with pytest.raises(PieceVerificationError, match=r"piece graph0\.submod_24 failed") as info:
+        msched.trace(model, *model.example_inputs(TOKENS), num_streams=3, piecewise=True)
+    assert isinstance(info.value, msched.MschedError)
+    assert "exit-not-joined" in str(info.value)
+
+
+def test_piece_failure_through_torch_compile_is_wrapped_by_dynamo(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(gm: GraphModule, num_streams: int, cost_model: Any) -> msched.Schedule:
+        sched = msched.schedule(gm, num_streams, cost_model)
+        waits = [n for n in gm.graph.nodes if n.target is msched.ops.wait_event]
+        gm.graph.erase_node(waits[-1])  # drop the exit's join
+        gm.recompile()
+        return sched
+
+    monkeypatch.setattr(backend_module, "schedule", broken)
+    torch._dynamo.reset()
+    compiled = torch.compile(ScaleInto(), backend=msched.backend(num_streams=2))
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as info:
+        compiled(torch.randn(4, 8), torch.zeros(4, 8))
+    inner = info.value.inner_exception
+    assert isinstance(inner, PieceVerificationError) and "piece graph0 failed" in str(inner)
+
+
+class SliceCapture(torch.nn.Module):
+    def forward(self, x: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
+        h = x * 2
+        torch.ops.msched.inplace_slice_copy(buf[:, 4:], h, 0, 4)
+        return h + 1
+
+
+def test_v2_slice_view_argument_is_regenerated_from_its_base() -> None:
+    x, buf, ref_buf = torch.randn(3, 4), torch.zeros(3, 8), torch.zeros(3, 8)
+    ref = SliceCapture()(x, ref_buf)
+    (gm,) = msched.trace(SliceCapture(), x, buf, num_streams=2)
+    assert "torch.ops.aten.slice.Tensor(" in gm.code and "auto_functionalized" not in gm.code
+    assert "copy_" not in gm.code  # the write-back became copy_(buf, buf) and is gone
+    assert torch.equal(buf, ref_buf) and torch.equal(SliceCapture()(x, buf.clone()), ref)
+
+
+def test_op_that_cannot_be_reinplaced_raises_naming_it() -> None:
+    # auto_functionalized (v1) scatters a mutated view back into its base with slice_scatter,
+    # which reads the base after the call: in place, that read would see the new value.
+    x, buf = torch.randn(3, 4), torch.zeros(3, 8)
+    with torch._inductor.config.patch(enable_auto_functionalized_v2=False):
+        with pytest.raises(ReinplaceError, match=r"cannot re-inplace msched::inplace_slice_copy"):
+            msched.trace(SliceCapture(), x, buf, num_streams=2)
+
+
+def test_v1_without_views_is_reinplaced() -> None:
+    model = ScaleInto()
+    x, buf, ref_buf = torch.randn(4, 8), torch.zeros(4, 8), torch.zeros(4, 8)
+    model(x, ref_buf)
+    with torch._inductor.config.patch(enable_auto_functionalized_v2=False):
+        (gm,) = msched.trace(model, x, buf, num_streams=2)
+    assert "scale_into.default(" in gm.code and "auto_functionalized" not in gm.code
+    assert torch.equal(buf, ref_buf)
+
+
+_lib = torch.library.Library("msched_test", "FRAGMENT")
+_lib.define("scale_out(Tensor x, float f, *, Tensor(a!) out) -> Tensor(a!)", tags=(torch.Tag.out,))
+
+
+def _scale_out(x: torch.Tensor, f: float, *, out: torch.Tensor) -> torch.Tensor:
+    return out.copy_(x * f)
+
+
+_lib.impl("scale_out", _scale_out, "CompositeExplicitAutograd")
+
+
+class ScaleOut(torch.nn.Module):
+    def forward(self, x: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
+        return torch.ops.msched_test.scale_out(x, 2.0, out=buf) + 1
+
+
+def test_out_operator_writes_a_fresh_buffer_copied_into_the_input() -> None:
+    x, buf, ref_buf = torch.randn(5), torch.zeros(5), torch.zeros(5)
+    ref = ScaleOut()(x, ref_buf)
+    b, compiled = compile_and_run(ScaleOut(), (x, buf), msched.backend(num_streams=2))
+    code = b.pieces[0].gm.code
+    assert "empty_strided" in code and "scale_out.default(" in code
+    assert code.index("copy_.default(") < code.index("return")
+    assert torch.equal(buf, ref_buf)
+    with torch.no_grad():
+        assert torch.equal(compiled(x, buf), ref)
+
+
+def _functional_graph(extra_kwargs: dict[str, Any], read_old_after: bool) -> GraphModule:
+    """``b = clone(x); auto_functionalized_v2(scale_into, b) ; return new b (+ old b)``."""
+    g = Graph()
+    x = g.placeholder("x")
+    b = g.call_function(torch.ops.aten.clone.default, (x,))
+    kwargs = {"x": x, "factor": 2.0, "_out_base_index": 0, "_all_bases": [b], **extra_kwargs}
+    af = g.call_function(
+        torch.ops.higher_order.auto_functionalized_v2, (torch.ops.msched_test.scale_into.default,),
+        kwargs,
+    )
+    new = g.call_function(operator.getitem, (af, 1))
+    out = g.call_function(torch.ops.aten.add.Tensor, (new, b)) if read_old_after else new
+    g.output(out)
+    return GraphModule(torch.nn.Module(), g)
+
+
+def test_reinplace_refuses_when_the_old_value_is_read_afterwards() -> None:
+    gm = _functional_graph({}, read_old_after=True)
+    before = gm.code
+    match = r"msched_test::scale_into.*'add_tensor' reads 'clone_default'"
+    with pytest.raises(ReinplaceError, match=match):
+        reinplace(gm)
+    assert gm.code == before
+
+
+def test_reinplace_refuses_unknown_view_metadata() -> None:
+    gm = _functional_graph({"_out_strange_view": 3}, read_old_after=False)
+    with pytest.raises(ReinplaceError, match=r"msched_test::scale_into.*_out_strange_view"):
+        reinplace(gm)
+
+
+def test_reinplace_turns_the_hop_into_the_inplace_call() -> None:
+    gm = _functional_graph({}, read_old_after=False)
+    assert reinplace(gm) == 1
+    (call,) = [n for n in gm.graph.nodes if n.target is torch.ops.msched_test.scale_into.default]
+    assert call.args[0].target is torch.ops.aten.clone.default
+    assert list(gm.graph.nodes)[-1].args[0] is call.args[0]  # the new value is the base itself
+    x = torch.randn(2, 3)
+    assert torch.equal(gm(x), x * 2.0)
+
+
+class Trainable(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.w
+
+
+def test_training_graphs_are_refused() -> None:
+    torch._dynamo.reset()
+    compiled = torch.compile(Trainable(), backend=msched.backend())
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="inference graphs only"):
+        compiled(torch.randn(2, 4))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"num_streams": 0}, "num_streams"),
+        ({"num_streams": True}, "num_streams"),
+        ({"split_ops": ["attention"]}, "split_ops"),
+    ],
+)
+def test_backend_rejects_bad_arguments(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(msched.InvalidArgumentError, match=match):
+        msched.backend(**kwargs)
+
+
+def test_trace_returns_the_scheduled_pieces_in_order() -> None:
+    model = TinyDecoder(2, HIDDEN, (1,))
+    pieces = msched.trace(model, *model.example_inputs(TOKENS), num_streams=2, piecewise=True)
+    assert all(isinstance(p, GraphModule) for p in pieces)
+    kinds = ["attention" if "msched.attention" in p.code else "other" for p in pieces]
+    assert kinds == ["other", "attention", "other", "attention", "other"]
+    assert "inplace_slice_copy" in pieces[-1].code
+
+
+def test_split_ops_choose_where_to_cut() -> None:
+    model = TinyDecoder(2, HIDDEN, (0, 1), moe=True)
+    inputs = model.example_inputs(TOKENS)
+    pieces = msched.trace(model, *inputs, num_streams=2, piecewise=True,
+                          split_ops=[torch.ops.msched.moe_experts.default])
+    assert ["ops.msched.moe_experts" in p.code for p in pieces] == [False, True, False, True, False]
+
+
+_SEEN_RUNTIMES: list[Any] = []
+
+
+@torch.library.custom_op("msched_test::probe_runtime", mutates_args=())
+def probe_runtime(x: torch.Tensor) -> torch.Tensor:
+    _SEEN_RUNTIMES.append(msched.runtime.current_runtime())
+    return x.clone()
+
+
+@probe_runtime.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class Probe(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.msched_test.probe_runtime(x) + 1
+
+
+def test_compiled_call_runs_inside_its_own_runtime() -> None:
+    b, compiled = compile_and_run(Probe(), (torch.randn(3),), msched.backend(num_streams=2))
+    _SEEN_RUNTIMES.clear()
+    with torch.no_grad():  # as compiled: grad mode is part of dynamo's guards
+        compiled(torch.randn(3))
+        compiled(torch.randn(3))
+    (graph,) = b.graphs
+    assert _SEEN_RUNTIMES == [graph.runtime] * 2
+    assert msched.runtime.current_runtime() is not graph.runtime
+    assert graph.runtime.num_streams_created == 0  # CPU: no-ops
+
+
+def test_model_that_never_reaches_the_backend_raises() -> None:
+    b = MschedBackend(backend_module.BackendConfig())
+    with pytest.raises(msched.MschedError, match="never handed a graph"):
+        compile_and_run(torch.nn.Identity(), (3,), b)
+
+
+def _gpu_benchmark() -> Any:
+    path = Path(__file__).parents[2] / "benchmarks" / "gpu_streams.py"
+    spec = importlib.util.spec_from_file_location("gpu_streams", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_benchmark_exits_cleanly_without_cuda(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert _gpu_benchmark().main([]) == 0
+    assert "CUDA is not available" in capsys.readouterr().out

@@ -1,0 +1,171 @@
+"""Tests of the ``msched`` command, in-process through `msched.cli.main` and once as a script."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from msched import cli
+
+SMALL = ["--layers", "4", "--captures", "1,3", "--moe", "--streams", "3"]
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """Exit status, stdout and stderr of ``msched argv`` (argparse exits via SystemExit)."""
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_demo_names_every_capture_and_verifies_2_and_3_streams(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(["demo"], capsys)
+    assert code == 0, out + err
+    assert err == ""
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[3:6]}
+    assert set(rows) == {"1", "2", "3"}
+    assert all(row[-1] == "ok" for row in rows.values())
+    assert rows["1"][-2] == "1.00x"
+    captures = out.split("Captures, relative to output")[1].splitlines()[2:]
+    for capture in ("capture_1", "capture_5", "capture_11"):
+        joined = [line for line in captures if line.split()[1] == capture]
+        assert [line.split()[0] for line in joined] == ["2", "3"]
+        assert all("wait e" in line for line in joined)
+    assert "Layer 5 on 3 streams" in out and "s2 |     wait e" in out
+
+
+def test_demo_out_writes_the_pictures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["demo", "--out", str(tmp_path)], capsys)
+    assert code == 0
+    svg = ET.fromstring((tmp_path / "demo-3streams.svg").read_text())
+    lanes = [r for r in svg.iter("{http://www.w3.org/2000/svg}rect") if r.get("class") == "lane"]
+    assert len(lanes) == 3
+    trace = json.loads((tmp_path / "demo-2streams.trace.json").read_text())
+    assert trace["traceEvents"]
+    assert (tmp_path / "demo-1streams.dot").read_text().startswith("digraph msched {")
+    assert str(tmp_path) in out
+
+
+def test_demo_console_script_runs() -> None:
+    script = Path(sys.executable).with_name("msched")
+    if not script.exists():
+        pytest.skip("the msched console script is not installed next to this interpreter")
+    done = subprocess.run([str(script), "demo"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "capture_11" in done.stdout and done.stderr == ""
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "dot", "trace", "svg"])
+def test_schedule_writes_each_format(fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["schedule", *SMALL, "--format", fmt], capsys)
+    assert (code, err) == (0, "")
+    if fmt == "text":
+        assert out.startswith("# streams 3, ") and out.rstrip().endswith(")")
+    elif fmt in ("json", "trace"):
+        data = json.loads(out)
+        assert data["streams"] == 3 if fmt == "json" else data["traceEvents"]
+    elif fmt == "dot":
+        assert out.startswith("digraph msched {") and "cluster_s2" in out
+    else:
+        ET.fromstring(out)
+
+
+def test_schedule_json_is_byte_identical_across_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    first = run(["schedule", *SMALL, "--format", "json"], capsys)[1]
+    second = run(["schedule", *SMALL, "--format", "json"], capsys)[1]
+    assert first == second
+
+
+def test_schedule_output_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "s.svg"
+    code, out, _ = run(["schedule", *SMALL, "--format", "svg", "-o", str(target)], capsys)
+    assert (code, out) == (0, "")
+    ET.fromstring(target.read_text())
+
+
+def test_schedule_with_roofline_costs(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["schedule", *SMALL, "--cost", "roofline"], capsys)
+    assert code == 0 and out.startswith("# streams 3")
+
+
+def test_explain_last_capture_names_the_exit_dependency(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(["explain", *SMALL, "capture_3"], capsys)
+    assert code == 0
+    assert out.startswith("capture_3 = msched.inplace_slice_copy.default(")
+    exit_line = next(line for line in out.splitlines() if line.lstrip().startswith("output "))
+    assert "exit" in exit_line.split() and "joined by wait e" in exit_line
+    assert "exit dependency" in out
+    assert "Why stream" in out and "Waits right before capture_3:" in out
+
+
+def test_explain_a_node_after_a_cross_stream_wait(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["explain", *SMALL, "output"], capsys)
+    assert code == 0
+    assert "capture_1" in out and "capture_3" in out
+    assert "  wait e" in out.split("Waits right before output:")[1]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["schedule", "--streams", "0"],
+        ["schedule", "--layers", "4", "--captures", "1,4"],
+        ["schedule", "--format", "png"],
+        ["schedule", "--cost", "magic"],
+        ["schedule", "--captures", "one"],
+        ["explain", "--layers", "4", "--captures", "1,3", "no_such_node"],
+        ["explain", "--streams", "-1", "capture_1"],
+        ["frobnicate"],
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(argv, capsys)
+    assert code == 2
+    assert out == ""
+    assert len(err.splitlines()) == 1 and "error: " in err
+
+
+@pytest.mark.parametrize("command", ["demo", "schedule", "explain"])
+def test_help_for_each_subcommand(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run([command, "--help"], capsys)
+    assert code == 0
+    assert out.startswith(f"usage: msched {command}")
+
+
+def test_progress_is_quiet_when_piped(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["schedule", "--layers", "60", "--captures", "59", "--moe"], capsys)
+    assert (code, err) == (0, "")
+
+
+def test_progress_shows_on_a_terminal_for_big_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    assert cli.Progress.for_layers(60, moe=True).enabled
+    assert not cli.Progress.for_layers(12, moe=True).enabled
+    buf = io.StringIO()
+    progress = cli.Progress(buf, enabled=True)
+    progress.step("scheduling 2700 nodes on 3 streams")
+    progress.done()
+    assert "scheduling 2700 nodes" in buf.getvalue()
+
+
+def test_explain_a_wait_names_the_node_it_is_issued_for(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(["explain", *SMALL, "wait_event_3"], capsys)
+    assert code == 0
+    assert out.startswith("wait_event_3: wait e")
+    assert "it is issued for " in out and "it orders " in out

@@ -1,0 +1,108 @@
+"""Verifying graphs rebuilt by another scheduler, whose stream ops live in another namespace."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.fx import GraphModule
+
+import msched
+from msched.streams import Dialect
+
+from .scheduled import Scheduled, aten
+
+NAMESPACE = "msched_test_trtllm"
+_lib = torch.library.Library(NAMESPACE, "DEF")
+for _schema in (
+    "set_stream(int stream) -> ()",
+    "record_event(int event) -> ()",
+    "wait_event(int event) -> ()",
+    "record_stream(Tensor t, int stream) -> ()",
+):
+    _lib.define(_schema)
+    _lib.impl(_schema.split("(")[0], lambda *args: None, "CompositeExplicitAutograd")
+
+
+def trtllm_schedule(wait_for_a: bool) -> GraphModule:
+    """``a`` on stream 0, ``b = a @ w`` on stream 1, ``out = b + a`` on stream 0."""
+    s = Scheduled(Dialect.from_namespace(NAMESPACE))
+    x, w = s.input("x"), s.input("w")
+    a = s.op("a", aten.mm.default, x, w)
+    s.record(1)
+    s.stream(1)
+    if wait_for_a:
+        s.wait(1)
+    else:
+        s.wait(0)
+    s.keep(a, 1)
+    b = s.op("b", aten.mm.default, a, w)
+    s.record(2)
+    s.stream(0)
+    s.wait(2)
+    s.keep(b, 0)
+    return s.done(s.op("out", aten.add.Tensor, b, a))
+
+
+def test_a_race_in_another_dialect_is_found() -> None:
+    dialect = Dialect.from_namespace(NAMESPACE)
+    assert msched.verify(trtllm_schedule(wait_for_a=True), dialect=dialect).ok
+    report = msched.verify(trtllm_schedule(wait_for_a=False), dialect=dialect)
+    kinds = [(v.kind, v.hazard, v.nodes, v.streams) for v in report.violations]
+    # wait_event(0) waits for an event nobody recorded, so `b` neither joins stream 0 nor `a`.
+    assert kinds == [
+        ("unrecorded-event", None, (report.violations[0].nodes[0],), (1,)),
+        ("race", "data", ("b",), (1,)),
+        ("race", "data", ("a", "b"), (0, 1)),
+    ]
+    targets = {n.target for n in trtllm_schedule(False).graph.nodes}
+    assert torch.ops.msched_test_trtllm.wait_event.default in targets
+    assert not targets & set(msched.ops.STREAM_OPS)
+
+
+def test_the_default_dialect_refuses_foreign_stream_ops() -> None:
+    gm = trtllm_schedule(wait_for_a=True)
+    with pytest.raises(msched.InvalidGraphError, match="stream ops of two dialects are mixed"):
+        msched.verify(gm)
+
+
+def test_two_dialects_mixed_in_one_graph_are_rejected() -> None:
+    gm = trtllm_schedule(wait_for_a=True)
+    graph = gm.graph
+    first = next(n for n in graph.nodes if n.op == "call_function")
+    with graph.inserting_before(first):
+        graph.call_function(msched.ops.record_event, (9,))
+    with pytest.raises(msched.InvalidGraphError, match=r"msched::record_event .* two dialects"):
+        msched.verify(gm, dialect=Dialect.from_namespace(NAMESPACE))
+
+
+def test_a_dialect_resolves_its_ops_lazily() -> None:
+    dialect = Dialect.from_namespace("msched_test_lazy")  # no such ops yet
+    lib = torch.library.Library("msched_test_lazy", "DEF")
+    for schema in ("set_stream(int s) -> ()", "record_event(int e) -> ()",
+                   "wait_event(int e) -> ()", "record_stream(Tensor t, int s) -> ()"):  # fmt: skip
+        lib.define(schema)
+    s = Scheduled(dialect)
+    x = s.input("x")
+    s.stream(1)
+    b = s.op("b", aten.relu.default, x)
+    s.record(1)
+    s.stream(0)
+    s.wait(1)
+    s.keep(b, 0)
+    report = msched.verify(s.done(b), dialect=dialect)
+    assert [(v.kind, v.nodes) for v in report.violations] == [("race", ("b",))]
+
+
+def test_dialect_of_explicit_ops_equals_the_default() -> None:
+    explicit = Dialect(
+        set_stream=msched.ops.set_stream,
+        record_event=msched.ops.record_event,
+        wait_event=msched.ops.wait_event,
+        record_stream=msched.ops.record_stream,
+    )
+    stack_gm = trtllm_schedule(wait_for_a=True)
+    assert explicit == Dialect()
+    with pytest.raises(msched.InvalidGraphError):
+        msched.verify(stack_gm, dialect=explicit)
+    with pytest.raises(msched.InvalidArgumentError, match="not an op namespace"):
+        Dialect.from_namespace("not a namespace")

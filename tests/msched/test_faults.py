@@ -1,0 +1,150 @@
+"""Fault injection: break correct schedules in known ways; `msched.verify` must catch each one.
+
+The per-fault detection counts are printed in the run's summary (see the top-level
+conftest.py).  Dropped waits are also cross-checked against an independent happens-before
+reader (`tests.msched.hb`): the orderings verify reports broken are exactly those it finds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given, settings
+from torch.fx import GraphModule
+
+import msched
+import msched.strategies as mst
+from msched.decoder import decoder_stack
+from msched.emit import PRUNE_RECORD_STREAMS
+
+from .faults import (
+    FAULTS,
+    Fault,
+    copy_module,
+    inject,
+    real_orderings_broken,
+    redundant_record_streams,
+)
+
+# Faults whose effect shows in the scheduled graph alone; the rest need ``original``.
+WITHOUT_ORIGINAL = ("drop-wait", "capture-after-output", "move-stream", "drop-record-stream",
+                    "unrecorded-wait")  # fmt: skip
+CROSS_CHECKED = ("drop-wait", "move-stream")
+
+
+def reported_orderings(report: msched.Report, inputs: set[str]) -> set[tuple[str, str]]:
+    """The orderings a report says are broken, as ``(before, after)`` names."""
+    pairs = set()
+    for v in report.violations:
+        if v.kind == "exit-not-joined" or (v.kind == "race" and len(v.nodes) == 2):
+            pairs.add((v.nodes[0], v.nodes[1]))
+        elif v.kind == "race":
+            pairs.add(("<entry>", v.nodes[0]))
+    return pairs
+
+
+def oracle_orderings(fault: Fault, original: GraphModule) -> set[tuple[str, str]]:
+    """What `tests.msched.hb` finds broken; an input edge into an unjoined start is one fact."""
+    broken = set(real_orderings_broken(fault.gm, original))
+    unjoined = {after for before, after in broken if before == "<entry>"}
+    inputs = {n.name for n in original.graph.nodes if n.op in ("placeholder", "get_attr")}
+    return {(b, a) for b, a in broken if not (b in inputs and a in unjoined)}
+
+
+def check_fault(fault: Fault, original: GraphModule) -> bool:
+    """Whether verify detects ``fault`` (with and, where meaningful, without ``original``)."""
+    report = msched.verify(fault.gm, original=original)
+    detected = bool({v.kind for v in report.violations} & fault.expect)
+    if fault.kind in WITHOUT_ORIGINAL:
+        alone = msched.verify(fault.gm)
+        detected = detected and bool({v.kind for v in alone.violations} & fault.expect)
+    if fault.kind in CROSS_CHECKED:
+        inputs = {n.name for n in original.graph.nodes if n.op in ("placeholder", "get_attr")}
+        assert reported_orderings(report, inputs) == oracle_orderings(fault, original), fault.site
+    return detected
+
+
+def run_faults(
+    gm: GraphModule,
+    original: GraphModule,
+    limit: int | None,
+    table: dict[str, list[int]],
+    check: Callable[[Fault, GraphModule], bool] = check_fault,
+) -> list[str]:
+    """Inject every fault kind at up to ``limit`` sites; return the undetected ones."""
+    missed = []
+    for kind in FAULTS:
+        row = table.setdefault(kind, [0, 0])
+        for fault in inject(kind, gm, original, limit):
+            row[0] += 1
+            if check(fault, original):
+                row[1] += 1
+            else:
+                missed.append(f"{kind} at {fault.site}")
+    return missed
+
+
+def format_table(table: dict[str, list[int]]) -> str:
+    return "\n".join(f"{k:<22} {d:>5} / {i:<5} detected" for k, (i, d) in table.items())
+
+
+@pytest.mark.parametrize("streams", [2, 3])
+@pytest.mark.parametrize("moe", [False, True], ids=["dense", "moe"])
+def test_every_fault_is_detected_on_decoder_stacks(
+    moe: bool, streams: int, record_property: Callable[[str, object], None]
+) -> None:
+    stack = decoder_stack(6, (1, 3, 5), moe=moe)
+    sched = msched.schedule(stack.gm, streams)
+    assert msched.verify(stack.gm, original=sched.original).ok
+    table: dict[str, list[int]] = {}
+    missed = run_faults(stack.gm, sched.original, 25, table)
+    record_property("fault_detection", table)
+    print(format_table(table))
+    assert not missed, missed
+    assert_every_fault_injected(table)
+
+
+def assert_every_fault_injected(table: dict[str, list[int]]) -> None:
+    # A pruning emitter may need no record_stream at all in a graph (see msched.lifetimes).
+    optional = {"drop-record-stream"} if PRUNE_RECORD_STREAMS else set()
+    assert all(table[k][0] for k in FAULTS if k not in optional), table
+
+
+def test_verify_without_original_cannot_see_a_swap_but_with_it_can() -> None:
+    stack = decoder_stack(6, (1, 3, 5))
+    sched = msched.schedule(stack.gm, 2)
+    fault = next(iter(inject("swap-writes", stack.gm, sched.original, 1)))
+    with_original = msched.verify(fault.gm, original=sched.original)
+    races = [v for v in with_original.of_kind("race") if v.hazard == "waw"]
+    first, second = fault.site.split("|")
+    assert any(v.nodes == (first, second) for v in races), with_original
+    alone = msched.verify(fault.gm)  # the host order now says `second` comes first
+    assert not any(set(v.nodes) == {first, second} for v in alone.violations), alone
+
+
+def test_every_fault_is_detected_on_generated_graphs(
+    record_property: Callable[[str, object], None],
+) -> None:
+    table: dict[str, list[int]] = {}
+    missed: list[str] = []
+    redundant: list[str] = []
+
+    @settings(max_examples=max(20, settings().max_examples // 5))
+    @given(mst.graphs(min_nodes=2), mst.stream_counts())
+    def run(gm: GraphModule, streams: int) -> None:
+        sched = msched.schedule(gm, streams)
+        missed.extend(run_faults(gm, sched.original, 3, table))
+        for site in redundant_record_streams(gm, sched.original):
+            # Another alias of the same storage is recorded for the same stream: still safe.
+            faulty = copy_module(gm)
+            faulty.graph.erase_node(next(n for n in faulty.graph.nodes if n.name == site))
+            assert not msched.verify(faulty, original=sched.original).violations
+            redundant.append(site)
+
+    run()
+    record_property("fault_detection", {f"{k} (generated)": v for k, v in table.items()})
+    print(format_table(table))
+    print(f"redundant record_stream nodes dropped without a violation: {len(redundant)}")
+    assert not missed, missed[:10]
+    assert_every_fault_injected(table)

@@ -1,0 +1,97 @@
+"""The record_stream rule: a record only where the allocator could reuse a block too early."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.fx import Graph
+
+import msched
+from msched.decoder import decoder_stack
+from msched.effects import produces_tensor
+from msched.lifetimes import unsafe_cross_stream_uses
+
+from .graphs import module
+from .hb import happens_before
+
+aten = torch.ops.aten
+RECORD = msched.ops.record_stream
+
+
+def _records(gm: torch.fx.GraphModule) -> list[tuple[str, int]]:
+    return [(n.args[0].name, n.args[1]) for n in gm.graph.nodes if n.target is RECORD]
+
+
+def _fan_out() -> torch.fx.GraphModule:
+    """``h`` (stream 0) is read by ``b`` and ``d`` on the two auxiliary streams.
+
+    ``e`` on stream 0 is the first allocation after ``h``'s last use (``d``).  It waits for
+    ``d`` but not for ``b``, so without ``h.record_stream(<b's stream>)`` the allocator could
+    hand ``h``'s block to ``e`` while ``b`` still reads it.
+    """
+    g = Graph()
+    x, w = g.placeholder("x"), g.placeholder("w")
+    h = g.create_node("call_function", aten.relu.default, (x,), name="h")
+    a = g.create_node("call_function", aten.mm.default, (h, w), name="a")
+    b = g.create_node("call_function", aten.mm.default, (h, w), name="b")
+    b2 = g.create_node("call_function", aten.mm.default, (b, w), name="b2")
+    d = g.create_node("call_function", aten.mm.default, (h, w), name="d")
+    e = g.create_node("call_function", aten.mul.Tensor, (a, d), name="e")
+    f = g.create_node("call_function", aten.mm.default, (e, w), name="f")
+    g.output(g.create_node("call_function", aten.add.Tensor, (f, b2), name="out"))
+    return module(g)
+
+
+def test_record_stream_is_emitted_where_the_producer_stream_allocates_before_joining() -> None:
+    gm = _fan_out()
+    sched = msched.schedule(gm, 3)
+    b_stream = sched.stream_of("b")
+    assert sched.stream_of("h") == sched.stream_of("e") == 0
+    assert {b_stream, sched.stream_of("d")} == {1, 2}
+    order = [n.name for n in gm.graph.nodes]
+    assert order.index("e") > max(order.index("b"), order.index("d"))  # after h is freed
+    hb = happens_before(gm)
+    assert hb.ordered("d", "e") and not hb.ordered("b", "e")
+    assert _records(gm) == [("h", b_stream)]
+
+
+def test_no_record_stream_when_the_producer_stream_joins_first() -> None:
+    stack = decoder_stack(2, (1,), moe=False)
+    msched.schedule(stack.gm, 3)
+    hb = happens_before(stack.gm)
+    # q, k and v read the normed hidden state on three streams; attention on stream 0 joins
+    # k and v before anything else is allocated on stream 0, so no record is needed for it.
+    norm = next(n for n in stack.gm.graph.nodes if n.name == "mul_tensor_2")
+    users = {u.name: hb.position[u.name][0] for u in norm.users}
+    assert len(set(users.values())) == 3, users
+    assert not [r for r in _records(stack.gm) if r[0] == "mul_tensor_2"]
+
+
+@pytest.mark.parametrize("streams", [2, 3, 4])
+def test_every_unsafe_use_of_a_schedule_has_its_record(streams: int) -> None:
+    stack = decoder_stack(12, (1, 5, 11), moe=True)
+    msched.schedule(stack.gm, streams)
+    recorded = set(_records(stack.gm))
+    unsafe = _unsafe_in(stack.gm)
+    assert {(u.tensor.name, u.stream) for u in unsafe} == recorded
+    if streams > 2:
+        assert unsafe, "no cross-stream use needs a record: the test has no teeth"
+
+
+def _unsafe_in(gm: torch.fx.GraphModule) -> list:  # type: ignore[type-arg]
+    """Re-derive the unsafe uses from the emitted graph alone (host order, vector clocks)."""
+    hb = happens_before(gm)
+    compute = [
+        n
+        for n in gm.graph.nodes
+        if n.op == "call_function" and n.target not in msched.ops.STREAM_OPS
+    ]
+    stream = {n: hb.position[n.name][0] for n in compute}
+    seq = {n: hb.position[n.name][1] for n in compute}
+    knows = {n: hb.knows[n.name] for n in compute}
+    root = msched.build_dag(gm).effects.root
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    for n in gm.graph.nodes:
+        if n.op in ("placeholder", "get_attr"):
+            stream[n] = 0
+    return unsafe_cross_stream_uses(compute, out, stream, seq, knows, root, produces_tensor)

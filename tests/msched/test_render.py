@@ -1,0 +1,245 @@
+"""Tests of `msched.render`: canonical text, JSON, DOT, Perfetto trace and SVG."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections import Counter
+
+import pytest
+
+import msched
+from msched import render
+from msched.decoder import decoder_stack
+from msched.streams import interpret
+
+_SVG = "{http://www.w3.org/2000/svg}"
+
+
+@pytest.fixture(scope="module")
+def sched() -> msched.Schedule:
+    stack = decoder_stack(3, (0, 2), moe=True)
+    return msched.schedule(stack.gm, 3)
+
+
+def _compute_nodes(s: msched.Schedule) -> list:
+    return [st.node for st in interpret(s.gm).compute_steps]
+
+
+# --- text ------------------------------------------------------------------------------------
+
+
+def test_text_header_lines_then_one_line_per_node_with_output_last(sched: msched.Schedule) -> None:
+    lines = render.render_text(sched).splitlines()
+    assert lines[0] == f"# streams 3, events {sched.num_events}, waits {sched.num_waits}"
+    assert lines[1] == (
+        f"# makespan {render.format_number(sched.makespan)}, "
+        f"lower bound {render.format_number(sched.lower_bound)}"
+    )
+    steps = [s for s in interpret(sched.gm).steps if s.kind != "set_stream"]
+    assert len(lines) == 2 + len(steps)
+    assert lines[-1].startswith("s0 | output(")
+    for line, step in zip(lines[2:], steps, strict=True):
+        assert line.startswith(f"s{step.stream} | " + "  " * step.stream)
+
+
+def test_text_shows_every_record_wait_and_record_stream(sched: msched.Schedule) -> None:
+    text = render.render_text(sched)
+    kinds = Counter(s.kind for s in interpret(sched.gm).steps)
+    assert text.count(" record e") == kinds["record_event"]
+    assert text.count(" wait e") == kinds["wait_event"]
+    assert text.count("record_stream(") == kinds["record_stream"]
+    assert "set_stream" not in text  # folded into the lane column
+    assert "s1 |   capture_0 = msched.inplace_slice_copy.default(dest=dest" in text
+
+
+def test_text_of_a_schedule_equals_the_text_of_its_module(sched: msched.Schedule) -> None:
+    # The module's header comes from msched.simulate; a snapshot must not depend on whether
+    # the test compared the Schedule or the GraphModule.
+    assert render.render_text(sched) == render.render_text(sched.gm)
+
+
+def test_text_of_one_stream_has_no_stream_ops() -> None:
+    stack = decoder_stack(2, (1,))
+    text = render.render_text(msched.schedule(stack.gm, 1))
+    assert text.startswith("# streams 1, events 0, waits 0\n")
+    body = text.splitlines()[2:]
+    assert all(line.startswith("s0 | ") for line in body)
+    assert not any(" record e" in line or " wait e" in line for line in body)
+
+
+def test_format_number_has_no_float_noise() -> None:
+    assert render.format_number(12.0) == "12"
+    assert render.format_number(0.1 + 0.2) == "0.3"
+    assert render.format_number(1 / 3) == "0.333333"
+
+
+def test_render_rejects_what_is_not_a_schedule_or_module() -> None:
+    with pytest.raises(msched.InvalidArgumentError, match="list"):
+        render.render_text([])  # type: ignore[arg-type]
+
+
+_SCRIPT = """
+import json, msched
+from msched import render
+from msched.decoder import decoder_stack
+s = msched.schedule(decoder_stack(3, (0, 2), moe=True).gm, 3)
+print(json.dumps({f: getattr(render, "render_" + f)(s) for f in ("text", "json", "trace", "svg",
+      "dot")}))
+"""
+
+
+@pytest.fixture(scope="module")
+def two_processes() -> list[dict[str, str]]:
+    """Every format rendered by two fresh processes with different hash seeds."""
+    outs = []
+    for seed in ("1", "4242"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run(
+            [sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True, check=True
+        )
+        outs.append(json.loads(done.stdout))
+    return outs
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "trace", "svg", "dot"])
+def test_every_format_is_byte_identical_across_processes_and_hash_seeds(
+    two_processes: list[dict[str, str]], sched: msched.Schedule, fmt: str
+) -> None:
+    first, second = (out[fmt] for out in two_processes)
+    assert first == second
+    assert first == getattr(render, f"render_{fmt}")(sched)
+
+
+# --- json ------------------------------------------------------------------------------------
+
+
+def test_json_round_trips_and_describes_the_schedule(sched: msched.Schedule) -> None:
+    text = render.render_json(sched)
+    data = json.loads(text)
+    assert json.dumps(data, indent=2) + "\n" == text
+    assert [n["name"] for n in data["nodes"]] == [n.name for n in sched.gm.graph.nodes]
+    a = sched.assignment
+    for entry in data["nodes"]:
+        node = next(n for n in sched.gm.graph.nodes if n.name == entry["name"])
+        assert entry["stream"] == sched.stream_of(node)
+        if node in a.order:
+            assert (entry["start"], entry["end"]) == (a.start[node], a.finish[node])
+    assert (data["streams"], data["num_events"], data["num_waits"]) == (
+        3,
+        sched.num_events,
+        sched.num_waits,
+    )
+    assert data["makespan"] == sched.makespan
+
+
+def test_json_events_pair_each_record_with_its_waits(sched: msched.Schedule) -> None:
+    data = json.loads(render.render_json(sched))
+    kinds = {n["name"]: (n["kind"], n.get("arg")) for n in data["nodes"]}
+    waits = 0
+    for event in data["events"]:
+        assert kinds[event["record"]["node"]] == ("record_event", event["event"])
+        for wait in event["waits"]:
+            assert kinds[wait["node"]] == ("wait_event", event["event"])
+            assert wait["time"] >= event["record"]["time"]
+            waits += 1
+    assert waits == sched.num_waits
+    assert len({e["event"] for e in data["events"]}) == sched.num_events
+
+
+# --- trace -----------------------------------------------------------------------------------
+
+
+def test_trace_has_one_named_track_per_stream_with_complete_events(sched: msched.Schedule) -> None:
+    events = json.loads(render.render_trace(sched))["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert names == {0: "stream 0 (caller)", 1: "stream 1", 2: "stream 2"}
+    slices = [e for e in events if e["ph"] == "X"]
+    assert {e["tid"] for e in slices} == {0, 1, 2}
+    by_name = {e["name"]: e for e in slices if e["cat"] not in ("sync",)}
+    for node in _compute_nodes(sched):
+        if node.op in ("placeholder", "get_attr"):
+            continue
+        assert by_name[node.name]["tid"] == sched.stream_of(node)
+        if node.op != "output":
+            assert by_name[node.name]["ts"] == sched.assignment.start[node]
+    assert all(e["dur"] >= 0 for e in slices)
+
+
+def test_trace_flows_pair_every_record_with_each_of_its_waits(sched: msched.Schedule) -> None:
+    events = json.loads(render.render_trace(sched))["traceEvents"]
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert starts.keys() == ends.keys()
+    assert len(ends) == sched.num_waits
+    markers = {(e["tid"], e["ts"], e["name"]) for e in events if e["ph"] == "X"}
+    for flow_id, s in starts.items():
+        f = ends[flow_id]
+        assert s["name"] == f["name"] and f["bp"] == "e" and f["ts"] >= s["ts"]
+        assert (s["tid"], s["ts"], f"record {s['name']}") in markers
+        assert (f["tid"], f["ts"], f"wait {f['name']}") in markers
+    order = [e["ts"] for e in events if "ts" in e]
+    assert order == sorted(order)
+
+
+# --- dot -------------------------------------------------------------------------------------
+
+
+def test_dot_is_accepted_by_graphviz_with_a_cluster_per_stream(sched: msched.Schedule) -> None:
+    graphviz = pytest.importorskip("graphviz")
+    text = render.render_dot(sched)
+    graphviz.Source(text)
+    for s in range(3):
+        assert f"subgraph cluster_s{s} {{" in text
+    for capture in ("capture_0", "capture_2"):
+        assert f'"{capture}" -> "output" [label="exit"' in text
+    if shutil.which("dot"):
+        done = subprocess.run(["dot", "-Tsvg"], input=text, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        ET.fromstring(done.stdout)
+
+
+# --- svg -------------------------------------------------------------------------------------
+
+
+def test_svg_parses_with_one_lane_per_stream_and_a_box_per_costly_node(
+    sched: msched.Schedule,
+) -> None:
+    root = ET.fromstring(render.render_svg(sched))
+    rects = list(root.iter(f"{_SVG}rect"))
+    lanes = [r for r in rects if r.get("class") == "lane"]
+    assert [r.get("data-stream") for r in lanes] == ["0", "1", "2"]
+    titles = [t.text or "" for t in root.iter(f"{_SVG}title")]
+    a = sched.assignment
+    for node in a.order:
+        if a.finish[node] > a.start[node]:
+            assert any(t.startswith(f"{node.name} = ") for t in titles), node.name
+    texts = {t.text for t in root.iter(f"{_SVG}text")}
+    assert {"capture_0", "capture_2"} <= texts
+    assert "stream 0 (caller)" in texts
+
+
+def test_each_capture_is_joined_on_stream_0_before_output(sched: msched.Schedule) -> None:
+    v = render.view(sched)
+    out_at = render.host_index(v, v.program.output)
+    for capture in ("capture_0", "capture_2"):
+        node = next(n for n in sched.gm.graph.nodes if n.name == capture)
+        wait = render.joining_wait(v, node, 0)
+        assert wait is not None
+        assert render.host_index(v, node) < render.host_index(v, wait) < out_at
+
+
+def test_a_sabotaged_graph_still_renders_with_the_capture_after_output() -> None:
+    stack = decoder_stack(3, (0, 2), moe=True)
+    msched.schedule(stack.gm, 3)
+    capture = stack.captures[-1]
+    stack.gm.graph.output_node().append(capture)  # what a data-edge-only scheduler did
+    lines = render.render_text(stack.gm).splitlines()
+    out_at = next(i for i, line in enumerate(lines) if "output(" in line)
+    assert any("capture_2 = " in line for line in lines[out_at + 1 :])
+    json.loads(render.render_trace(stack.gm))
+    ET.fromstring(render.render_svg(stack.gm))

@@ -1,0 +1,305 @@
+"""`msched.verify`: exact violations on hand-written schedules, clean reports on msched's own."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from torch.fx import GraphModule
+
+import msched
+from msched.decoder import decoder_stack
+from msched.verify import KINDS, Report, Violation
+
+from .scheduled import Scheduled, aten, two_streams, unscheduled
+
+
+def kinds(report: Report) -> list[str]:
+    return [v.kind for v in report.violations]
+
+
+@pytest.mark.parametrize("streams", [1, 2, 3, 4])
+@pytest.mark.parametrize("moe", [False, True], ids=["dense", "moe"])
+def test_msched_schedules_verify_clean(moe: bool, streams: int) -> None:
+    stack = decoder_stack(6, (1, 3, 5), moe=moe)
+    sched = msched.schedule(stack.gm, streams)
+    for report in (
+        msched.verify(stack.gm, original=sched.original),
+        msched.verify(stack.gm),
+        msched.verify(stack.gm.graph, original=sched.original.graph, num_streams=streams),
+    ):
+        assert report.ok, str(report)
+        assert report.num_nodes == len(sched.original.graph.nodes)
+
+
+def test_clean_hand_written_schedule() -> None:
+    gm = two_streams()
+    report = msched.verify(gm, original=unscheduled(gm))
+    assert report.ok and report.violations == ()
+    assert report.num_streams == 2
+    assert str(report) == "schedule verified: no violation (10 nodes on 2 stream(s))"
+    report.raise_if_failed()  # does not raise
+
+
+def test_missing_wait_is_a_data_race_that_names_nodes_and_streams() -> None:
+    gm = two_streams(wait_for_a=False)
+    (v,) = msched.verify(gm, original=unscheduled(gm)).violations
+    assert (v.kind, v.hazard, v.nodes, v.streams) == ("race", "data", ("a", "b"), (0, 1))
+    assert v.message == (
+        "`b` on stream 1 uses `a` without waiting for `a` on stream 0: record an event after "
+        "`a` and wait on it on stream 1 before `b`"
+    )
+
+
+def test_exit_that_does_not_join_a_capture() -> None:
+    gm = two_streams(join_exit=False)
+    for report in (msched.verify(gm, original=unscheduled(gm)), msched.verify(gm)):
+        (v,) = report.violations
+        assert (v.kind, v.nodes, v.streams, v.hazard) == (
+            "exit-not-joined",
+            ("capture", "output"),
+            (1, 0),
+            None,
+        )
+        assert v.message == (
+            "output on stream 0 does not wait for `capture` on stream 1: record an event "
+            "after it and wait on it before output"
+        )
+
+
+def test_missing_record_stream() -> None:
+    gm = two_streams(record=False)
+    (v,) = msched.verify(gm, original=unscheduled(gm)).violations
+    assert (v.kind, v.nodes, v.streams) == ("missing-record-stream", ("a", "b"), (0, 1))
+    assert "add record_stream(a, 1) before `b`" in v.message
+
+
+def test_graph_inputs_need_no_record_stream() -> None:
+    # two_streams() uses the inputs x, w and dest on stream 1 with no record_stream for them.
+    gm = two_streams()
+    used_on_1 = {n.name for n in gm.graph.nodes if n.name in ("b", "capture")}
+    assert used_on_1 == {"b", "capture"}
+    assert msched.verify(gm).ok
+
+
+def storage_hazard(kind: str, synced: bool) -> GraphModule:
+    """``dest`` (an input) is read on stream 0 and written by captures on stream 1."""
+    s = Scheduled()
+    x, dest = s.input("x"), s.input("dest")
+    s.record(0)
+    s.stream(1)
+    s.wait(0)
+    if kind == "war":
+        s.stream(0)
+        read = s.op("read", aten.mul.Tensor, dest, x)
+        s.record(1)
+        s.stream(1)
+        if synced:
+            s.wait(1)
+        s.capture("write", dest, x)
+    else:
+        s.capture("write", dest, x)
+        s.record(1)
+        s.stream(0)
+        if synced:
+            s.wait(1)
+        if kind == "raw":
+            read = s.op("read", aten.mul.Tensor, dest, x)
+        else:
+            s.capture("write_again", dest, x, 4, 8)
+            read = s.op("read", aten.mul.Tensor, x, x)
+    s.stream(1)
+    s.record(2)
+    s.stream(0)
+    s.wait(2)
+    return s.done(read)
+
+
+@pytest.mark.parametrize(
+    ("kind", "pair", "what"),
+    [
+        ("raw", ("write", "read"), "reads `dest`, which `write` writes,"),
+        ("war", ("read", "write"), "writes `dest`, which `read` reads,"),
+        ("waw", ("write", "write_again"), "writes `dest` after `write` writes it,"),
+    ],
+)
+def test_storage_hazards_are_races_with_their_kind(
+    kind: str, pair: tuple[str, str], what: str
+) -> None:
+    assert msched.verify(storage_hazard(kind, synced=True)).ok
+    gm = storage_hazard(kind, synced=False)
+    for report in (msched.verify(gm, original=unscheduled(gm)), msched.verify(gm)):
+        (v,) = report.violations
+        assert (v.kind, v.hazard, v.nodes) == ("race", kind, pair)
+        assert what in v.message
+
+
+def test_aux_stream_must_join_stream_0_before_its_first_node() -> None:
+    s = Scheduled()
+    x = s.input("x")
+    s.stream(1)
+    b = s.op("b", aten.relu.default, x)
+    s.record(1)
+    s.stream(0)
+    s.wait(1)
+    s.keep(b, 0)
+    gm = s.done(b)
+    (v,) = msched.verify(gm).violations  # the input edge x -> b is the same fact: one report
+    assert (v.kind, v.hazard, v.nodes, v.streams) == ("race", "data", ("b",), (1,))
+    assert "stream 1 starts with `b` without joining stream 0" in v.message
+
+
+def test_node_after_output_is_reported_and_never_counted_as_run() -> None:
+    gm = two_streams()
+    capture = next(n for n in gm.graph.nodes if n.name == "capture")
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    output.append(capture)
+    report = msched.verify(gm, original=unscheduled(two_streams()))
+    assert kinds(report) == ["after-output"]
+    assert report.violations[0].nodes == ("capture",)
+    assert "comes after output and never runs" in report.violations[0].message
+
+
+def test_missing_and_duplicate_nodes() -> None:
+    original = unscheduled(two_streams())
+    gm = two_streams()
+    graph = gm.graph
+    b = next(n for n in graph.nodes if n.name == "b")
+    with graph.inserting_after(b):
+        twin = graph.node_copy(b)
+    capture = next(n for n in graph.nodes if n.name == "capture")
+    graph.erase_node(capture)
+    report = msched.verify(gm, original=original)
+    assert sorted(kinds(report)) == ["duplicate-node", "missing-node"]
+    missing = report.of_kind("missing-node")[0]
+    duplicate = report.of_kind("duplicate-node")[0]
+    assert missing.nodes == ("capture",) and "not in the scheduled graph" in missing.message
+    assert duplicate.nodes == ("b", twin.name)
+    assert f"remove `{twin.name}`" in duplicate.message
+
+
+def test_waits_on_events_that_were_not_recorded() -> None:
+    s = Scheduled()
+    x = s.input("x")
+    s.wait(7)
+    a = s.op("a", aten.relu.default, x)
+    s.wait(1)
+    s.record(1)
+    gm = s.done(a)
+    never, later = msched.verify(gm).violations
+    assert never.kind == later.kind == "unrecorded-event"
+    assert "waits for event 7, but it is never recorded" in never.message
+    assert (
+        "waits for event 1, but it is first recorded later, by `record_event_default`"
+        in later.message
+    )
+
+
+def test_stream_ids_out_of_range_and_an_exit_off_stream_0() -> None:
+    s = Scheduled()
+    x = s.input("x")
+    s.record(0)
+    s.stream(2)
+    s.wait(0)
+    a = s.op("a", aten.relu.default, x)
+    gm = s.done(a)
+    assert kinds(msched.verify(gm)) == ["bad-stream"]  # output issued on stream 2
+    report = msched.verify(gm, num_streams=2)
+    assert kinds(report) == ["bad-stream", "bad-stream"]
+    assert "names stream 2, but the schedule has 2 stream(s) (0..1)" in report.violations[1].message
+    assert "switch back to stream 0" in report.violations[0].message
+
+
+def test_report_and_violation_are_frozen_and_raise_lists_everything() -> None:
+    gm = two_streams(join_exit=False, wait_for_a=False)
+    report = msched.verify(gm, original=unscheduled(gm))
+    assert not report.ok and len(report.violations) == 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.violations[0].kind = "race"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.violations = ()  # type: ignore[misc]
+    with pytest.raises(msched.ScheduleVerificationError) as info:
+        report.raise_if_failed()
+    text = str(info.value)
+    assert text == str(report)
+    assert text.startswith("schedule has 2 violation(s) (10 nodes on 2 stream(s)):")
+    for v in report.violations:
+        assert str(v) in text
+    assert "[race/data] `b` on stream 1" in text and "[exit-not-joined] output" in text
+    assert all(v.kind in KINDS for v in report.violations)
+    assert isinstance(report.violations[0], Violation)
+
+
+def test_verify_reads_only_the_graph() -> None:
+    gm = two_streams()
+    before = [(n.name, n.target, n.args) for n in gm.graph.nodes]
+    msched.verify(gm, original=unscheduled(gm))
+    assert [(n.name, n.target, n.args) for n in gm.graph.nodes] == before
+
+
+def test_happens_before_is_transitive_through_a_third_stream() -> None:
+    s = Scheduled()
+    x = s.input("x")
+    s.record(0)
+    a = s.op("a", aten.relu.default, x)
+    s.record(1)
+    s.stream(1)
+    s.wait(1)
+    s.record(2)  # stream 1 has only waited: its event carries stream 0's `a`
+    s.stream(2)
+    s.wait(2)
+    b = s.op("b", aten.neg.default, a)
+    s.keep(a, 2)
+    s.record(3)
+    s.stream(0)
+    s.wait(3)
+    s.keep(b, 0)
+    gm = s.done(b)
+    assert msched.verify(gm).ok, str(msched.verify(gm))
+
+
+def test_bad_input_raises_clear_errors() -> None:
+    s = Scheduled()
+    x = s.input("x")
+    s.stream(-1)
+    gm = s.done(x)
+    with pytest.raises(msched.InvalidGraphError, match="negative id -1"):
+        msched.verify(gm)
+
+    s = Scheduled()
+    x = s.input("x")
+    s.wait(1.5)
+    gm = s.done(x)
+    with pytest.raises(
+        msched.InvalidGraphError,
+        match=r"wait_event node 'wait_event\w*' takes a literal int, got 1.5",
+    ):
+        msched.verify(gm)
+
+    s = Scheduled()
+    x = s.input("x")
+    s.wait(x)
+    with pytest.raises(msched.InvalidGraphError, match="takes a literal int, got x"):
+        msched.verify(s.done(x))
+
+    s = Scheduled()
+    x = s.input("x")
+    s.graph.output(x)
+    gm = s.done(x)
+    with pytest.raises(msched.InvalidGraphError, match="2 output nodes"):
+        msched.verify(gm)
+
+
+@pytest.mark.parametrize("bad", [torch.nn.Linear(2, 2), "graph", 3])
+def test_non_graphs_are_rejected(bad: object) -> None:
+    with pytest.raises(msched.InvalidArgumentError, match="expected a torch.fx.GraphModule"):
+        msched.verify(bad)  # type: ignore[arg-type]
+    with pytest.raises(msched.InvalidArgumentError, match="expected a torch.fx.GraphModule"):
+        msched.verify(two_streams(), original=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("n", [0, -1, True, 2.0])
+def test_num_streams_must_be_a_positive_int(n: object) -> None:
+    with pytest.raises(msched.InvalidArgumentError, match="num_streams"):
+        msched.verify(two_streams(), num_streams=n)  # type: ignore[arg-type]

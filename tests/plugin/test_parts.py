@@ -1,0 +1,114 @@
+"""The plain functions behind the plugin, without running pytest inside pytest."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from syrupy.terminal import disable_color
+
+import msched
+from msched.decoder import decoder_stack
+from msched.render import render_text
+from pytest_msched import (
+    ScheduledGraphExtension,
+    assert_exit_waits_on,
+    assert_survives_recompile,
+)
+from pytest_msched._excerpt import excerpt
+from pytest_msched._options import parse_streams, parse_streams_text
+from pytest_msched._state import GraphRecord, SessionStats
+
+
+@pytest.fixture(scope="module")
+def scheduled() -> tuple[msched.Schedule, list[str]]:
+    stack = decoder_stack(n_layers=2, capture_layers=(0, 1))
+    sched = msched.schedule(stack.gm, 2)
+    return sched, [c.name for c in stack.captures]
+
+
+@pytest.mark.parametrize("value", [[0], [2, 2], [], "23", (True,), [2.0], 3, None])
+def test_parse_streams_rejects(value: object) -> None:
+    with pytest.raises(ValueError, match="expected a list of distinct stream counts >= 1"):
+        parse_streams(value)
+
+
+def test_parse_streams_text_keeps_order() -> None:
+    assert parse_streams_text(" 4, 2 3") == (4, 2, 3)
+    with pytest.raises(ValueError, match="separated by commas"):
+        parse_streams_text("2;3")
+
+
+def test_stats_travel_between_processes_as_plain_data() -> None:
+    worker = SessionStats()
+    worker.add(GraphRecord(num_streams=2, num_events=5, num_waits=4, violations=0))
+    worker.add(GraphRecord(num_streams=3, num_events=7, num_waits=6, violations=None))
+    controller = SessionStats()
+    controller.add(GraphRecord(num_streams=2, num_events=1, num_waits=1, violations=2))
+    controller.merge_wire(worker.to_wire())
+    controller.merge_wire(None)
+    assert controller.summary_lines() == [
+        "graphs scheduled: 3 (streams2: 2, streams3: 1)",
+        "total waits: 11",
+        "violations: 2 (1 graphs not verified: --msched-verify=off)",
+    ]
+    assert SessionStats().summary_lines() == []
+
+
+def test_snapshot_text_of_schedule_and_module_is_the_canonical_rendering(
+    scheduled: tuple[msched.Schedule, list[str]],
+) -> None:
+    sched, _ = scheduled
+    extension = ScheduledGraphExtension()
+    assert extension.serialize(sched) == render_text(sched)
+    assert extension.serialize(sched.gm) == render_text(sched.gm)
+    with pytest.raises(TypeError, match="snapshots a msched.Schedule or a torch.fx.GraphModule"):
+        extension.serialize(42)
+
+
+def test_snapshot_diff_covers_the_whole_text() -> None:
+    old = "\n".join(["# header 1"] + [f"s0 | n{i}" for i in range(300)]) + "\n"
+    new = old.replace("# header 1", "# header 2").replace("s0 | n250\n", "s1 |   n250\n")
+    with disable_color():
+        lines = list(ScheduledGraphExtension().diff_lines(new, old))
+    assert "- s0 | n250" in lines
+    assert "+ s1 |   n250" in lines
+    assert lines[:3] == ["@@ -1,3 +1,3 @@", "- # header 1", "+ # header 2"]
+
+
+def test_excerpt_marks_the_focus_with_streams(
+    scheduled: tuple[msched.Schedule, list[str]],
+) -> None:
+    sched, captures = scheduled
+    text = excerpt(sched.gm, [captures[-1], "output"], radius=1).splitlines()
+    stream = sched.stream_of(captures[-1])
+    marked = [line for line in text if line.startswith("  > ")]
+    assert marked[0].startswith(f"  > s{stream} | {'  ' * stream}{captures[-1]} = ")
+    assert marked[-1].startswith("  > s0 | output(")
+    assert text[0] == "    ..."
+
+
+def test_exit_waits_on_every_capture_and_names_the_missing_join(
+    scheduled: tuple[msched.Schedule, list[str]],
+) -> None:
+    sched, captures = scheduled
+    for name in captures:
+        assert_exit_waits_on(sched.gm, name)
+    gm = torch.fx.GraphModule(sched.gm, sched.gm.graph.__deepcopy__())
+    last_wait = [n for n in gm.graph.nodes if n.target is msched.ops.wait_event][-1]
+    gm.graph.erase_node(last_wait)
+    with pytest.raises(
+        AssertionError, match=rf"output on stream 0 does not wait for {captures[-1]}"
+    ):
+        assert_exit_waits_on(gm, captures[-1])
+
+
+def test_survives_recompile_sees_a_capture_that_changed_nothing() -> None:
+    stack = decoder_stack(n_layers=2, capture_layers=(0, 1))
+    msched.schedule(stack.gm, 2)
+    assert_survives_recompile(stack.gm, stack.captures, inputs=stack.example_inputs())
+    x, _ = stack.example_inputs()
+    _, already_captured = stack.reference()
+    with pytest.raises(
+        AssertionError, match=r"capture_1 \(stream \d\) did not write dest\[\.\.\., 8:16\]"
+    ):
+        assert_survives_recompile(stack.gm, ["capture_1"], inputs=(x, already_captured))
