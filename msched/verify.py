@@ -221,7 +221,7 @@ def _check_stream_ids(program: StreamProgram, num_streams: int | None, found: _F
         s = program.stream_of[program.output]
         found.add(
             "bad-stream",
-            ["output"],
+            [program.output.name],
             f"output is issued on stream {s}, not on the caller's stream 0: "
             "switch back to stream 0 (set_stream(0)) before output",
             streams=(s,),

@@ -16,6 +16,7 @@ from pytest_msched import _options, _params, _state
 # Fixture modules, registered with this plugin.  Add one line per module here. --------------
 pytest_plugins = [
     "pytest_msched.fixtures",
+    "pytest_msched.compile_fixtures",
 ]
 # ---------------------------------------------------------------------------------------------
 
