@@ -10,7 +10,9 @@ Rules (DESIGN.md, Emit):
 - a cross-stream dependency gets a ``record_event`` right after the producer and a
   ``wait_event`` before the consumer, unless the consumer's stream already happens-after the
   producer (vector clocks are tracked while emitting, so no redundant wait is emitted);
-- a tensor produced on one stream and used on another gets one ``record_stream`` per stream;
+- a tensor used on another stream than the one that allocated it gets ``record_stream`` for
+  that stream only where the allocator could otherwise reuse its block too early
+  (`msched.lifetimes`);
 - ``output`` is last, on stream 0, after stream 0 has joined every dependency of ``output``.
 
 Nodes are emitted stream by stream: the current stream continues while its next node is ready,
@@ -34,10 +36,6 @@ from msched.lifetimes import unsafe_cross_stream_uses
 
 _INPUT_OPS = ("placeholder", "get_attr")
 
-# Emit ``record_stream`` only where `msched.lifetimes` finds a reuse race (False: on every
-# cross-stream use).  Must agree with what `msched.verify` checks.
-PRUNE_RECORD_STREAMS = False
-
 
 @dataclass(frozen=True)
 class Emission:
@@ -51,9 +49,13 @@ class Emission:
 
 
 class _Emitter:
-    """Builds the new node order; creates stream-op nodes, but does not relink the graph."""
+    """Builds the new node order; creates stream-op nodes, but does not relink the graph.
 
-    def __init__(self, graph: Graph, dag: Dag, assignment: Assignment) -> None:
+    Positions: graph inputs are at position 0 of stream 0 and the preamble at 1..P, so the
+    entry event (recorded after the preamble) stands for position P of stream 0.
+    """
+
+    def __init__(self, graph: Graph, dag: Dag, assignment: Assignment, preamble: list[Node]):
         self.graph, self.dag, self.a = graph, dag, assignment
         n = assignment.num_streams
         self.vc = [[-1] * n for _ in range(n)]
@@ -63,7 +65,6 @@ class _Emitter:
         self.event_of: dict[Node, int] = {}
         self.after: dict[Node, Node] = {}
         self.before: dict[Node, list[Node]] = {}
-        self.recorded: set[tuple[Node, int]] = set()
         self.started = [True] + [False] * (n - 1)
         self.body: list[Node] = []
         self.added: list[Node] = []
@@ -71,7 +72,11 @@ class _Emitter:
         self.current = 0
         self.num_waits = 0
         self.entry: Node | None = None
-        self.entry_snap: tuple[int, ...] = tuple([0] + [-1] * (n - 1))
+        self.preamble = preamble
+        for node in preamble:
+            self._count(node, 0)
+        self.vc[0][0] = self.entry_point = len(preamble)
+        self.entry_snap = tuple([self.entry_point] + [-1] * (n - 1))
 
     def _new(self, op: Callable[..., Any], args: tuple[Any, ...], name: str) -> Node:
         node = self.graph.create_node("call_function", op, args, name=name)
@@ -81,6 +86,13 @@ class _Emitter:
 
     def _put(self, op: Callable[..., Any], args: tuple[Any, ...], name: str) -> None:
         self.body.append(self._new(op, args, name))
+
+    def _count(self, node: Node, s: int) -> None:
+        self.stream[node] = s
+        self.seq_count[s] += 1
+        self.seq[node] = self.seq_count[s]
+        self.vc[s][s] = self.seq_count[s]
+        self.snap[node] = tuple(self.vc[s])
 
     def _switch(self, s: int) -> None:
         if s != self.current:
@@ -96,7 +108,7 @@ class _Emitter:
     def _start_stream(self, s: int) -> None:
         """Join stream 0's entry point, unless a wait on stream 0 already did."""
         self.started[s] = True
-        if self.vc[s][0] >= 0:
+        if self.vc[s][0] >= self.entry_point:
             return
         if self.entry is None:
             self.entry = self._new(ops.record_event, (0,), "record_event")
@@ -119,59 +131,52 @@ class _Emitter:
         return event
 
     def _wait_for(self, s: int, deps: dict[Node, int]) -> None:
-        """Wait on the latest uncovered dependency of each other stream, if still uncovered."""
-        stream, seq, vc = self.a.stream, self.seq, self.vc[s]
+        """Wait on the dependencies ``s`` does not know yet, skipping any a chosen wait covers.
+
+        Per other stream only the latest uncovered dependency matters; of those, one whose
+        position another one's snapshot already includes needs no wait of its own.  Preamble
+        dependencies are left to the entry wait.
+        """
+        stream, seq, snap, vc = self.a.stream, self.seq, self.snap, self.vc[s]
+        entry = self.entry_point
         latest: dict[int, Node] = {}
         for dep in deps:
             t = stream[dep]
-            if t != s and dep in seq and vc[t] < seq[dep]:
-                best = latest.get(t)
-                if best is None or seq[dep] > seq[best]:
-                    latest[t] = dep
-        for t in sorted(latest):
-            dep = latest[t]
-            if vc[t] < seq[dep]:
-                self._put(ops.wait_event, (self._event_for(dep),), "wait_event")
-                self.num_waits += 1
-                self._join(s, self.snap[dep])
-
-    def _record_uses(self, node: Node, s: int) -> None:
-        if PRUNE_RECORD_STREAMS:
-            return
-        stream = self.a.stream
-        for value in node.all_input_nodes:
-            if stream[value] == s or (value, s) in self.recorded:
+            k = seq.get(dep)
+            if t == s or k is None or vc[t] >= k or (t == 0 and k <= entry):
                 continue
-            if self.dag.effects.root[value].op in _INPUT_OPS:
-                continue  # graph inputs are owned by the caller, and joined before output
-            if produces_tensor(value):
-                self.recorded.add((value, s))
-                self._put(ops.record_stream, (value, s), "record_stream")
+            best = latest.get(t)
+            if best is None or k > seq[best]:
+                latest[t] = dep
+        needed = [
+            latest[t]
+            for t in sorted(latest)
+            if not any(
+                snap[other][t] >= seq[latest[t]] for u, other in latest.items() if u != t
+            )
+        ]
+        for dep in needed:
+            self._put(ops.wait_event, (self._event_for(dep),), "wait_event")
+            self.num_waits += 1
+            self._join(s, snap[dep])
 
     def emit(self, node: Node, s: int) -> None:
         self._switch(s)
         self._wait_for(s, self.dag.preds[node])
         if not self.started[s]:
             self._start_stream(s)
-        self._record_uses(node, s)
         self.body.append(node)
-        self.stream[node] = s
-        self.seq_count[s] += 1
-        self.seq[node] = self.seq_count[s]
-        self.vc[s][s] = self.seq_count[s]
-        self.snap[node] = tuple(self.vc[s])
+        self._count(node, s)
 
-    def finish(self, output: Node, preamble: list[Node]) -> None:
+    def finish(self, output: Node) -> None:
         self._switch(0)
         self._wait_for(0, self.dag.preds[output])
-        self._record_uses(output, 0)
         self.stream[output] = 0
-        if PRUNE_RECORD_STREAMS:
-            self._record_unsafe_uses(output, preamble)
+        self._record_unsafe_uses(output)
 
-    def _record_unsafe_uses(self, output: Node, preamble: list[Node]) -> None:
+    def _record_unsafe_uses(self, output: Node) -> None:
         """Add ``record_stream`` before the first use of each storage that needs one."""
-        order = preamble + [n for n in self.body if n in self.seq]
+        order = self.preamble + [n for n in self.body if n in self.seq]
         unsafe = unsafe_cross_stream_uses(
             order,
             output,
@@ -222,8 +227,8 @@ def plan_emission(graph: Graph, dag: Dag, a: Assignment) -> Emission:
     inputs = [n for n in dag.nodes if n.op == "placeholder"]
     inputs += [n for n in dag.nodes if n.op == "get_attr"]
     pre = _preamble(dag, a)
-    em = _Emitter(graph, dag, a)
-    for node in inputs + pre:
+    em = _Emitter(graph, dag, a, pre)
+    for node in inputs:
         em.stream[node] = 0
     pending = {n: sum(1 for d in dag.preds[n] if d.op not in _INPUT_OPS) for n in a.order}
     rank = {n: i for i, n in enumerate(a.order)}
@@ -247,7 +252,7 @@ def plan_emission(graph: Graph, dag: Dag, a: Assignment) -> Emission:
         em.emit(node, a.stream[node])
         mark_done(node)
         remaining -= 1
-    em.finish(dag.output, pre)
+    em.finish(dag.output)
     order = _link_order(em, inputs, pre, dag.output)
     return Emission(
         order=tuple(order),

@@ -22,8 +22,8 @@ Algorithm:
    value nobody uses (``exit-not-joined``), whether or not the original's Dag says so.
 5. A tensor used on another stream than the one that allocated it needs a ``record_stream``
    for the using stream (``missing-record-stream``); storages of graph inputs never do.
-   When the emitter prunes record_streams (`msched.emit.PRUNE_RECORD_STREAMS`), only the
-   uses `msched.lifetimes` finds unsafe need one: the same rule on both sides.
+   Only the uses `msched.lifetimes` finds unsafe need one (the allocator could hand the
+   block to later work on its stream before the use): the emitter's rule, so both agree.
 
 Cost: O(nodes + edges) dictionary work plus O(streams) per wait.
 """
@@ -37,7 +37,6 @@ from typing import cast
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_arg
 
-from msched import emit
 from msched.dag import DATA, EXIT, RAW, WAR, WAW, Dag, build_dag
 from msched.effects import Effects, compute_effects, produces_tensor
 from msched.errors import InvalidArgumentError, ScheduleVerificationError
@@ -582,10 +581,8 @@ def _check_record_streams(
 ) -> None:
     """Report cross-stream uses that need a ``record_stream`` and have none before output.
 
-    The rule is the emitter's (`msched.emit.PRUNE_RECORD_STREAMS` says which), so that
-    everything `msched.schedule` emits verifies: every use of a tensor on another stream than
-    its producer's, or, when pruning, only the uses `msched.lifetimes` finds unsafe.  A record
-    of any alias of the storage for the using stream counts.
+    The rule is the emitter's (`msched.lifetimes`), so that everything `msched.schedule`
+    emits verifies.  A record of any alias of the storage for the using stream counts.
     """
     recorded: set[tuple[Node, int]] = set()
     for step in program.steps:
@@ -593,32 +590,10 @@ def _check_record_streams(
             break
         if step.kind == "record_stream" and step.tensor is not None and step.arg is not None:
             recorded.add((root.get(step.tensor, step.tensor), step.arg))
-    if emit.PRUNE_RECORD_STREAMS:
-        uses = _unsafe_uses(program, clocks, root)
-    else:
-        uses = _cross_stream_uses(clocks, root)
-    for use in uses:
+    for use in _unsafe_uses(program, clocks, root):
         if (use.root, use.stream) not in recorded:
             recorded.add((use.root, use.stream))  # one report per storage and stream
             _missing_record(use, clocks.stamp[use.root][0], found)
-
-
-def _cross_stream_uses(clocks: Clocks, root: Mapping[Node, Node]) -> list[UnsafeUse]:
-    """Every use of a tensor on another stream than its producer's (graph inputs exempt)."""
-    stamp = clocks.stamp
-    uses = []
-    for node in clocks.order:
-        s, k, _ = stamp[node]
-        if not k:
-            continue  # a graph input
-        for value in node.all_input_nodes:
-            at = stamp.get(value)
-            if at is None or at[0] == s or not at[1]:
-                continue
-            r = root.get(value, value)
-            if r.op not in _INPUT_OPS and produces_tensor(value):
-                uses.append(UnsafeUse(r, s, value, node))
-    return uses
 
 
 def _unsafe_uses(

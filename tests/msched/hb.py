@@ -27,13 +27,15 @@ class HappensBefore:
     knows: dict[str, tuple[int, ...]]  # node name -> vector clock of its stream when it runs
     waits: tuple[Wait, ...]
     host_order: tuple[str, ...]
+    entry: int  # stream 0's position when the first stream op is issued (after the preamble)
 
     def ordered(self, before: str, after: str) -> bool:
         stream, seq = self.position[before]
         return self.knows[after][stream] >= seq
 
 
-def happens_before(gm: GraphModule) -> HappensBefore:
+def happens_before(gm: GraphModule, skip: frozenset[str] = frozenset()) -> HappensBefore:
+    """Read ``gm``'s stream ops in host order, ignoring the nodes named in ``skip``."""
     prog = interpret(gm)
     n = prog.num_streams
     vc = [[-1] * n for _ in range(n)]
@@ -43,8 +45,13 @@ def happens_before(gm: GraphModule) -> HappensBefore:
     position: dict[str, tuple[int, int]] = {}
     knows: dict[str, tuple[int, ...]] = {}
     waits: list[Wait] = []
+    entry: int | None = None
     for step in prog.steps:
+        if step.node.name in skip:
+            continue
         s = step.stream
+        if entry is None and step.kind != "compute":
+            entry = vc[0][0]
         if step.node.op in ("placeholder", "get_attr"):
             position[step.node.name] = (0, 0)
             knows[step.node.name] = tuple(vc[0])
@@ -60,4 +67,4 @@ def happens_before(gm: GraphModule) -> HappensBefore:
             position[step.node.name] = (s, count[s])
             knows[step.node.name] = tuple(vc[s])
     order = tuple(step.node.name for step in prog.steps)
-    return HappensBefore(position, knows, tuple(waits), order)
+    return HappensBefore(position, knows, tuple(waits), order, vc[0][0] if entry is None else entry)
