@@ -79,7 +79,7 @@ class _Emitter:
         self.entry_snap = tuple([self.entry_point] + [-1] * (n - 1))
 
     def _new(self, op: Callable[..., Any], args: tuple[Any, ...], name: str) -> Node:
-        node = self.graph.create_node("call_function", op, args, name=name)
+        node = _stream_op(self.graph, op, args, name)
         self.added.append(node)
         self.stream[node] = self.current
         return node
@@ -122,9 +122,7 @@ class _Emitter:
         if event is None:
             event = len(self.event_of) + 1
             self.event_of[producer] = event
-            record = self.graph.create_node(
-                "call_function", ops.record_event, (event,), name="record_event"
-            )
+            record = _stream_op(self.graph, ops.record_event, (event,), "record_event")
             self.added.append(record)
             self.stream[record] = self.a.stream[producer]
             self.after[producer] = record
@@ -139,15 +137,20 @@ class _Emitter:
         """
         stream, seq, snap, vc = self.a.stream, self.seq, self.snap, self.vc[s]
         entry = self.entry_point
-        latest: dict[int, Node] = {}
+        latest: dict[int, Node] | None = None
         for dep in deps:
             t = stream[dep]
-            k = seq.get(dep)
-            if t == s or k is None or vc[t] >= k or (t == 0 and k <= entry):
+            if t == s:
                 continue
-            best = latest.get(t)
-            if best is None or k > seq[best]:
+            k = seq.get(dep)
+            if k is None or vc[t] >= k or (t == 0 and k <= entry):
+                continue
+            if latest is None:
+                latest = {t: dep}
+            elif t not in latest or k > seq[latest[t]]:
                 latest[t] = dep
+        if latest is None:
+            return
         needed = [
             latest[t]
             for t in sorted(latest)
@@ -187,12 +190,24 @@ class _Emitter:
             produces_tensor,
         )
         for use in unsafe:
-            record = self.graph.create_node(
-                "call_function", ops.record_stream, (use.tensor, use.stream), name="record_stream"
+            record = _stream_op(
+                self.graph, ops.record_stream, (use.tensor, use.stream), "record_stream"
             )
             self.added.append(record)
             self.stream[record] = use.stream
             self.before.setdefault(use.user, []).append(record)
+
+
+def _stream_op(graph: Graph, op: Callable[..., Any], args: tuple[Any, ...], name: str) -> Node:
+    """A new stream-op node (not yet in its place).
+
+    The arguments are set after creation: `Graph.create_node` scans them for raw symbolic
+    values, which our literal ints and tensor nodes never are, and that scan is the larger
+    part of its cost for thousands of stream ops.
+    """
+    node = graph.create_node("call_function", op, None, None, name=name)
+    node.args = args
+    return node
 
 
 def _preamble(dag: Dag, a: Assignment) -> list[Node]:
