@@ -19,7 +19,7 @@ standing for the world outside the graph.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from torch.fx import Graph, GraphModule, Node
@@ -130,14 +130,33 @@ def build_dag(gm: GraphModule | Graph) -> Dag:
     out = check_output(graph)
     effects = compute_effects(graph)
     nodes = tuple(graph.nodes)
+    preds = dependency_edges(nodes, effects, out)
+    if _EXIT_EDGES:
+        for dep, mask in exit_dependencies(nodes, effects, out).items():
+            preds[out][dep] = preds[out].get(dep, 0) | mask
+    succs: dict[Node, list[Node]] = {n: [] for n in nodes}
+    for node in nodes:
+        for dep in preds[node]:
+            succs[dep].append(node)
     index = {n: i for i, n in enumerate(nodes)}
+    return Dag(nodes, index, preds, succs, effects, out)
+
+
+def dependency_edges(
+    nodes: Sequence[Node], effects: Effects, output: Node
+) -> dict[Node, dict[Node, int]]:
+    """Data, RAW, WAR and WAW edges of ``nodes``, taken in the given order as program order.
+
+    Side effects that write no tensor of the graph are chained with WAW edges.  Exit edges
+    are separate (`exit_dependencies`), so a verifier can choose which users count.
+    """
     preds: dict[Node, dict[Node, int]] = {}
     last_write: dict[Node, Node] = {}
     reads_since: dict[Node, list[Node]] = {}
-    world: list[Node] = []  # last side effect that writes no graph tensor
     # Only storages that something writes can take part in a hazard.
-    written = {s for targets in effects.writes.values() for s in targets}
+    written = {s for n in nodes for s in effects.writes.get(n, ())}
     side_effects = effects.side_effects
+    world: Node | None = None  # the last side effect that writes no tensor of the graph
     for node in nodes:
         deps = dict.fromkeys(node.all_input_nodes, DATA)
         hazardous = [s for s in effects.reads[node] if s in written]
@@ -145,18 +164,38 @@ def build_dag(gm: GraphModule | Graph) -> Dag:
             _add_read_edges(node, hazardous, deps, last_write, reads_since)
         if effects.writes[node]:
             _add_write_edges(node, effects.writes[node], deps, last_write, reads_since)
-        if node in side_effects and not effects.writes[node] and node is not out:
-            if world:
-                deps[world[0]] = deps.get(world[0], 0) | WAW
-            world[:] = [node]
+        if node in side_effects and not effects.writes[node] and node is not output:
+            if world is not None:
+                deps[world] = deps.get(world, 0) | WAW
+            world = node
         preds[node] = deps
-    if _EXIT_EDGES:
-        _add_exit_edges(out, nodes, preds[out], effects, last_write)
-    succs: dict[Node, list[Node]] = {n: [] for n in nodes}
+    return preds
+
+
+def exit_dependencies(
+    nodes: Iterable[Node],
+    effects: Effects,
+    output: Node,
+    present: Mapping[Node, object] | None = None,
+) -> dict[Node, int]:
+    """What ``output`` must happen after: the last write of every storage, and every node
+    whose value nobody uses (captures and other side effects among them).
+
+    Users not in ``present`` (when given) do not count: stream ops, nodes that never run.
+    """
+    deps: dict[Node, int] = {}
+    last_write: dict[Node, Node] = {}
     for node in nodes:
-        for dep in preds[node]:
-            succs[dep].append(node)
-    return Dag(nodes, index, preds, succs, effects, out)
+        if node is output or node.op in ("placeholder", "get_attr"):
+            continue
+        for storage in effects.writes.get(node, ()):
+            last_write[storage] = node
+        users = node.users if present is None else [u for u in node.users if u in present]
+        if not users:
+            deps[node] = EXIT
+    for writer in last_write.values():
+        deps[writer] = deps.get(writer, 0) | EXIT
+    return deps
 
 
 def _add_read_edges(
@@ -175,7 +214,7 @@ def _add_read_edges(
 
 def _add_write_edges(
     node: Node,
-    storages: tuple[Node, ...],
+    storages: Sequence[Node],
     deps: dict[Node, int],
     last_write: dict[Node, Node],
     reads_since: dict[Node, list[Node]],
@@ -189,19 +228,3 @@ def _add_write_edges(
                 deps[reader] = deps.get(reader, 0) | WAR
         last_write[storage] = node
         reads_since[storage] = []
-
-
-def _add_exit_edges(
-    out: Node,
-    nodes: tuple[Node, ...],
-    deps: dict[Node, int],
-    effects: Effects,
-    last_write: dict[Node, Node],
-) -> None:
-    for writer in last_write.values():
-        if writer is not out:
-            deps[writer] = deps.get(writer, 0) | EXIT
-    for node in nodes:
-        if node.users or node is out or node.op in ("placeholder", "get_attr"):
-            continue
-        deps[node] = deps.get(node, 0) | EXIT

@@ -37,7 +37,16 @@ from typing import cast
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_arg
 
-from msched.dag import DATA, EXIT, RAW, WAR, WAW, Dag, build_dag
+from msched.dag import (
+    DATA,
+    RAW,
+    WAR,
+    WAW,
+    Dag,
+    build_dag,
+    dependency_edges,
+    exit_dependencies,
+)
 from msched.effects import Effects, compute_effects, produces_tensor
 from msched.errors import InvalidArgumentError, ScheduleVerificationError
 from msched.lifetimes import UnsafeUse, unsafe_cross_stream_uses
@@ -319,74 +328,12 @@ def host_order_dependencies(
     where program order is the given order; stream ops must not be in ``order``.
     """
     order = tuple(order)
-    preds: dict[Node, dict[Node, int]] = {}
-    last_write: dict[Node, Node] = {}
-    reads_since: dict[Node, list[Node]] = {}
-    written = {s for n in order for s in effects.writes[n]}
-    world: Node | None = None  # the last side effect that writes no tensor of the graph
-    for node in order:
-        deps = dict.fromkeys(node.all_input_nodes, DATA)
-        _hazards(node, effects, written, deps, last_write, reads_since)
-        if node in effects.side_effects and not effects.writes[node] and node is not output:
-            if world is not None:
-                deps[world] = deps.get(world, 0) | WAW
-            world = node
-        preds[node] = deps
+    preds = dependency_edges(order, effects, output)
     if output in preds:
-        preds[output].update(exit_dependencies(order, effects, output, preds))
+        exits = preds[output]
+        for dep, mask in exit_dependencies(order, effects, output, preds).items():
+            exits[dep] = exits.get(dep, 0) | mask
     return preds
-
-
-def _hazards(
-    node: Node,
-    effects: Effects,
-    written: set[Node],
-    deps: dict[Node, int],
-    last_write: dict[Node, Node],
-    reads_since: dict[Node, list[Node]],
-) -> None:
-    """Add ``node``'s RAW, WAW and WAR edges; only written storages can have hazards."""
-    for storage in effects.reads[node]:
-        if storage in written:
-            writer = last_write.get(storage)
-            if writer is not None and writer is not node:
-                deps[writer] = deps.get(writer, 0) | RAW
-            reads_since.setdefault(storage, []).append(node)
-    for storage in effects.writes[node]:
-        writer = last_write.get(storage)
-        if writer is not None and writer is not node:
-            deps[writer] = deps.get(writer, 0) | WAW
-        for reader in reads_since.get(storage, ()):
-            if reader is not node:
-                deps[reader] = deps.get(reader, 0) | WAR
-        last_write[storage] = node
-        reads_since[storage] = []
-
-
-def exit_dependencies(
-    nodes: Iterable[Node],
-    effects: Effects,
-    output: Node,
-    present: Mapping[Node, object] | None = None,
-) -> dict[Node, int]:
-    """What ``output`` must happen after: the last write of every storage, and every node
-    whose value nobody uses (captures and other side effects among them).
-
-    Users not in ``present`` (when given) do not count: stream ops, nodes that never run.
-    """
-    deps: dict[Node, int] = {}
-    last_write: dict[Node, Node] = {}
-    for node in nodes:
-        if node is output or node.op in _INPUT_OPS:
-            continue
-        for storage in effects.writes.get(node, ()):
-            last_write[storage] = node
-        users = node.users if present is None else [u for u in node.users if u in present]
-        if not users:
-            deps[node] = EXIT
-    for writer in last_write.values():
-        deps[writer] = deps.get(writer, 0) | EXIT
-    return deps
 
 
 def _in_topological_order(graph: Graph) -> Graph:

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from torch.fx import GraphModule, Node
 
 from msched import MschedError
-from msched.render import node_text
+from msched.render import step_text
 from msched.streams import Step, interpret
 
 RADIUS = 3
@@ -29,17 +29,6 @@ def streams_of(gm: GraphModule) -> dict[Node, int]:
         return dict(interpret(gm).stream_of)
     except MschedError:
         return {}
-
-
-def _text(step: Step) -> str:
-    if step.kind == "record_event":
-        return f"record e{step.arg}"
-    if step.kind == "wait_event":
-        return f"wait e{step.arg}"
-    if step.kind == "record_stream":
-        tensor = step.tensor.name if step.tensor is not None else "?"
-        return f"record_stream({tensor}, s{step.arg})"
-    return node_text(step.node)
 
 
 def _steps(gm: GraphModule) -> list[Step]:
@@ -85,4 +74,4 @@ def excerpt(gm: GraphModule, focus: Iterable[Node | str], radius: int = RADIUS) 
 def _line(step: Step, marked: bool) -> str:
     lane = f"s{step.stream}" if step.stream >= 0 else "s?"
     indent = "  " * max(step.stream, 0)
-    return f"  {'>' if marked else ' '} {lane} | {indent}{_text(step)}"
+    return f"  {'>' if marked else ' '} {lane} | {indent}{step_text(step)}"
