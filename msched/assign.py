@@ -40,7 +40,12 @@ class Assignment:
 
     @property
     def lower_bound(self) -> float:
-        return max(self.critical_path, self.total_cost / self.num_streams)
+        return lower_bound(self.critical_path, self.total_cost, self.num_streams)
+
+
+def lower_bound(critical_path: float, total_cost: float, num_streams: int) -> float:
+    """No schedule beats ``max(critical path, total cost / streams)``."""
+    return max(critical_path, total_cost / num_streams)
 
 
 class _Lane:

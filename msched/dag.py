@@ -79,10 +79,6 @@ class Dag:
             raise InvalidArgumentError(f"node {node.name!r} is not in this graph")
         return {dep: reason_names(mask) for dep, mask in self.preds[node].items()}
 
-    def dependents(self, node: Node) -> list[Node]:
-        """The nodes that wait for ``node``."""
-        return list(self.succs[node])
-
 
 def _graph_of(gm: GraphModule | Graph) -> Graph:
     if isinstance(gm, GraphModule):

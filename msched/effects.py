@@ -277,9 +277,6 @@ class Effects:
     writes: dict[Node, tuple[Node, ...]]
     side_effects: frozenset[Node]
 
-    def is_view(self, node: Node) -> bool:
-        return self.root.get(node, node) is not node
-
 
 def compute_effects(graph: Graph) -> Effects:
     """Compute `Effects` for every node of ``graph`` in one pass in program order."""
@@ -405,4 +402,4 @@ def _is_torch_callable(target: Callable[..., Any] | Any) -> bool:
     name = getattr(target, "__name__", "")
     if name in _NON_TENSOR_METHODS or name in ("sym_size", "sym_numel", "sym_stride"):
         return False
-    return module.startswith("torch") and "nn.functional" in module or module == "torch"
+    return module == "torch" or module.startswith("torch.nn.functional")

@@ -20,6 +20,7 @@ import torch
 from torch.fx import Graph, GraphModule, Interpreter, Node
 from torch.utils._pytree import tree_map
 
+from msched.assign import lower_bound
 from msched.cost import CostModel, DefaultCostModel
 from msched.effects import compute_effects
 from msched.errors import InvalidArgumentError
@@ -285,7 +286,7 @@ class Timeline:
 
     @property
     def lower_bound(self) -> float:
-        return max(self.critical_path, self.total_cost / self.num_streams)
+        return lower_bound(self.critical_path, self.total_cost, self.num_streams)
 
     def intervals(self) -> list[tuple[Node, int, float, float]]:
         """``(node, stream, start, end)`` for every node, sorted by start, then stream."""

@@ -58,6 +58,19 @@ class Scheduled:
         return GraphModule(torch.nn.Module(), self.graph)
 
 
+def unjoined_aux_start(dialect: Dialect | None = None) -> GraphModule:
+    """Stream 1 reads the input ``x`` in ``b`` without ever joining stream 0 first."""
+    s = Scheduled(dialect)
+    x = s.input("x")
+    s.stream(1)
+    b = s.op("b", torch.ops.aten.relu.default, x)
+    s.record(1)
+    s.stream(0)
+    s.wait(1)
+    s.keep(b, 0)
+    return s.done(b)
+
+
 def unscheduled(gm: GraphModule) -> GraphModule:
     """``gm`` without its msched stream ops: the original program, in the same node order."""
     graph = Graph()

@@ -9,7 +9,7 @@ from torch.fx import GraphModule
 import msched
 from msched.streams import Dialect
 
-from .scheduled import Scheduled, aten
+from .scheduled import Scheduled, aten, unjoined_aux_start
 
 NAMESPACE = "msched_test_trtllm"
 _lib = torch.library.Library(NAMESPACE, "DEF")
@@ -81,15 +81,7 @@ def test_a_dialect_resolves_its_ops_lazily() -> None:
     for schema in ("set_stream(int s) -> ()", "record_event(int e) -> ()",
                    "wait_event(int e) -> ()", "record_stream(Tensor t, int s) -> ()"):  # fmt: skip
         lib.define(schema)
-    s = Scheduled(dialect)
-    x = s.input("x")
-    s.stream(1)
-    b = s.op("b", aten.relu.default, x)
-    s.record(1)
-    s.stream(0)
-    s.wait(1)
-    s.keep(b, 0)
-    report = msched.verify(s.done(b), dialect=dialect)
+    report = msched.verify(unjoined_aux_start(dialect), dialect=dialect)
     assert [(v.kind, v.nodes) for v in report.violations] == [("race", ("b",))]
 
 

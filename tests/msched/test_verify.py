@@ -12,7 +12,7 @@ import msched
 from msched.decoder import decoder_stack
 from msched.verify import KINDS, Report, Violation
 
-from .scheduled import Scheduled, aten, two_streams, unscheduled
+from .scheduled import Scheduled, aten, two_streams, unjoined_aux_start, unscheduled
 
 
 def kinds(report: Report) -> list[str]:
@@ -136,15 +136,7 @@ def test_storage_hazards_are_races_with_their_kind(
 
 
 def test_aux_stream_must_join_stream_0_before_its_first_node() -> None:
-    s = Scheduled()
-    x = s.input("x")
-    s.stream(1)
-    b = s.op("b", aten.relu.default, x)
-    s.record(1)
-    s.stream(0)
-    s.wait(1)
-    s.keep(b, 0)
-    gm = s.done(b)
+    gm = unjoined_aux_start()
     (v,) = msched.verify(gm).violations  # the input edge x -> b is the same fact: one report
     assert (v.kind, v.hazard, v.nodes, v.streams) == ("race", "data", ("b",), (1,))
     assert "stream 1 starts with `b` without joining stream 0" in v.message
