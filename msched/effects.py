@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch.fx import Graph, Node
 
-from msched.errors import InvalidArgumentError
+from msched.errors import InvalidArgumentError, InvalidGraphError
 
 _OpOverload = torch._ops.OpOverload
 _OpOverloadPacket = torch._ops.OpOverloadPacket
@@ -284,18 +284,43 @@ def compute_effects(graph: Graph) -> Effects:
     reads: dict[Node, tuple[Node, ...]] = {}
     writes: dict[Node, tuple[Node, ...]] = {}
     side: list[Node] = []
-    for node in graph.nodes:
-        if node.op in _INPUT_OPS:
-            root[node], reads[node], writes[node] = node, (), ()
-            continue
-        info = _op_info(node)
-        root[node] = _root_of(node, info, root)
-        reads[node] = _reads(node, info, root)
-        written = _writes(node, info, root) if info is not None and info.writes else ()
-        writes[node] = written
-        if written or (info is not None and info.side_effect) or _is_impure(node):
-            side.append(node)
+    try:
+        for node in graph.nodes:
+            if node.op in _INPUT_OPS:
+                root[node], reads[node], writes[node] = node, (), ()
+                continue
+            info = _op_info(node)
+            root[node] = _root_of(node, info, root)
+            reads[node] = _reads(node, info, root)
+            written = _writes(node, info, root) if info is not None and info.writes else ()
+            writes[node] = written
+            if written or (info is not None and info.side_effect) or _is_impure(node):
+                side.append(node)
+    except KeyError as missing:  # an input not seen yet: say which, or it is our own bug
+        problem = _undefined_input(graph)
+        if problem is None:
+            raise
+        raise InvalidGraphError(problem) from missing
     return Effects(root, reads, writes, frozenset(side))
+
+
+def _undefined_input(graph: Graph) -> str | None:
+    """Why some node of ``graph`` uses a value that is not defined before it, if one does."""
+    position = {n: i for i, n in enumerate(graph.nodes)}
+    for node in graph.nodes:
+        for arg in node.all_input_nodes:
+            where = position.get(arg)
+            if where is None:
+                return (
+                    f"node {node.name!r} uses {arg.name!r}, which is not a node of this graph; "
+                    "build the graph with its own nodes (Graph.graph_copy copies them)"
+                )
+            if where >= position[node]:
+                return (
+                    f"node {node.name!r} uses {arg.name!r}, which comes after it in the graph; "
+                    "put the graph in topological order (every node after its inputs) first"
+                )
+    return None
 
 
 _INPUT_OPS = ("placeholder", "get_attr")

@@ -7,7 +7,8 @@ scheduled graph the way the GPU would run it and checks every ordering the progr
 Algorithm:
 
 1. Read the graph in host order (`msched.streams.interpret`).  Nodes after ``output`` never
-   run: each is an ``after-output`` violation and takes no further part.
+   run: each is an ``after-output`` violation and takes no further part.  A node that uses
+   a node of another graph is a ``missing-node`` violation (its code reads an undefined name).
 2. Walk the host order with one vector clock per stream.  Compute node ``k`` of stream ``s``
    gets the stamp ``(s, k)``; ``record_event`` snapshots the clock of its stream and
    ``wait_event`` joins the last snapshot of that event (``unrecorded-event`` when there is
@@ -186,6 +187,7 @@ def verify(
     program = interpret(graph, dialect)
     found = _Found()
     _check_after_output(program, found)
+    _check_foreign_inputs(program, found)
     width = max(program.num_streams, num_streams or 0)
     clocks = run_clocks(program, width, found)
     _check_stream_ids(program, num_streams, found)
@@ -222,6 +224,20 @@ def _check_after_output(program: StreamProgram, found: _Found) -> None:
                 f"`{step.node.name}` comes after output and never runs: move it before output",
             )
         seen_output = seen_output or step.node is program.output
+
+
+def _check_foreign_inputs(program: StreamProgram, found: _Found) -> None:
+    """A node that uses a node of another graph reads a name its code never defines."""
+    members = {step.node for step in program.steps}
+    for step in program.steps:
+        for arg in step.node.all_input_nodes:
+            if arg not in members:
+                found.add(
+                    "missing-node",
+                    [arg.name, step.node.name],
+                    f"`{step.node.name}` uses `{arg.name}`, which is not a node of this graph: "
+                    "calling the module fails with NameError; use this graph's own node",
+                )
 
 
 def _check_stream_ids(program: StreamProgram, num_streams: int | None, found: _Found) -> None:

@@ -244,6 +244,19 @@ def _node_after_output() -> GraphModule:
     return gm
 
 
+def _used_before_defined() -> GraphModule:
+    gm, nodes = eagle3_graph()
+    nodes["h"].prepend(nodes["a"])  # relu(h) now comes before h
+    return gm
+
+
+def _foreign_input() -> GraphModule:
+    gm, nodes = eagle3_graph()
+    stranger = torch.fx.Graph().placeholder("stranger")
+    nodes["b"].args = (stranger, *nodes["b"].args[1:])
+    return gm
+
+
 @pytest.mark.parametrize(
     ("make", "streams", "error", "match"),
     [
@@ -254,6 +267,8 @@ def _node_after_output() -> GraphModule:
         (lambda: eagle3_graph()[0], True, msched.InvalidArgumentError, "must be an int"),
         (_without_output, 2, msched.InvalidGraphError, "no output"),
         (_node_after_output, 2, msched.InvalidGraphError, "nodes after output: capture"),
+        (_used_before_defined, 2, msched.InvalidGraphError, "which comes after it in the graph"),
+        (_foreign_input, 3, msched.InvalidGraphError, "'stranger', which is not a node of this"),
     ],
 )
 def test_bad_input_raises_and_leaves_the_graph_untouched(make, streams, error, match) -> None:  # type: ignore[no-untyped-def]

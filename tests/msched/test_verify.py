@@ -171,6 +171,19 @@ def test_missing_and_duplicate_nodes() -> None:
     assert f"remove `{twin.name}`" in duplicate.message
 
 
+@pytest.mark.parametrize("with_original", [False, True])
+def test_an_input_from_another_graph_is_a_missing_node(with_original: bool) -> None:
+    original = unscheduled(two_streams())
+    gm = two_streams()
+    b = next(n for n in gm.graph.nodes if n.name == "b")
+    stranger = torch.fx.Graph().placeholder("stranger")
+    b.args = (stranger, *b.args[1:])
+    report = msched.verify(gm, original=original if with_original else None)
+    found = report.of_kind("missing-node")
+    assert [v.nodes for v in found] == [("stranger", "b")]
+    assert "`b` uses `stranger`, which is not a node of this graph" in found[0].message
+
+
 def test_waits_on_events_that_were_not_recorded() -> None:
     s = Scheduled()
     x = s.input("x")
