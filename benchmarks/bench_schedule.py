@@ -8,6 +8,12 @@ the source text; events; waits per node; stream-op nodes per node;
 makespan / lower bound; and the single-stream cost.  Times are medians of several runs with the
 garbage collector collected and disabled around each measurement.
 
+It also splits the schedule time: ``recompile_ms`` is one more ``recompile()`` of the scheduled
+module (generating and compiling its source, which ``msched.schedule`` must do once), measured in
+the same run, and ``analysis_ms`` is the rest (dag, assignment, emission).  ``recompile/floor``
+shows how much of the ratio the code of the scheduled graph alone takes: it has more nodes than
+the input (the stream ops), and FX generates and Python compiles every one of them.
+
 Run: ``python benchmarks/bench_schedule.py [--streams 3] [--repeat 5] [--layers 12,61,244]``
 """
 
@@ -26,6 +32,11 @@ import msched
 from msched.decoder import decoder_stack
 
 STREAM_OPS = set(msched.ops.STREAM_OPS)
+
+
+def capture_layers(layers: int) -> tuple[int, ...]:
+    """Captures at layer 1, the middle layer and the last layer (fewer for tiny stacks)."""
+    return tuple(sorted({min(1, layers - 1), layers // 2, layers - 1}))
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -58,20 +69,22 @@ def _schedule_into(box: list[msched.Schedule], gm: GraphModule, streams: int) ->
 
 
 def measure(layers: int, streams: int, repeat: int) -> dict[str, float]:
-    sched_times, floor_times, source_times = [], [], []
+    sched_times, floor_times, source_times, recompile_times = [], [], [], []
     sched = None
     for _ in range(repeat):
-        gm = decoder_stack(layers, (1, layers // 2, layers - 1), moe=True).gm
+        gm = decoder_stack(layers, capture_layers(layers), moe=True).gm
         floor_times.append(timed(partial(floor, gm)))
         source_times.append(timed(partial(floor_source_only, gm)))
         box: list[msched.Schedule] = []
         sched_times.append(timed(partial(_schedule_into, box, gm, streams)))
         sched = box[0]
         assert "msched.set_stream" in sched.gm.code
+        recompile_times.append(timed(sched.gm.recompile))
     assert sched is not None
     nodes = len(sched.original.graph.nodes)
     ops = sum(1 for n in sched.gm.graph.nodes if n.target in STREAM_OPS)
     t_sched, t_floor = statistics.median(sched_times), statistics.median(floor_times)
+    t_recompile = statistics.median(recompile_times)
     return {
         "layers": layers,
         "nodes": nodes,
@@ -79,6 +92,9 @@ def measure(layers: int, streams: int, repeat: int) -> dict[str, float]:
         "floor_ms": t_floor * 1e3,
         "ratio": t_sched / t_floor,
         "ratio_vs_src": t_sched / statistics.median(source_times),
+        "recompile_ms": t_recompile * 1e3,
+        "analysis_ms": (t_sched - t_recompile) * 1e3,
+        "recompile/floor": t_recompile / t_floor,
         "events": sched.num_events,
         "waits/node": sched.num_waits / nodes,
         "streamops/node": ops / nodes,

@@ -26,6 +26,11 @@ import msched
 from msched.decoder import decoder_stack
 
 
+def capture_layers(layers: int) -> tuple[int, ...]:
+    """Captures at layer 1, the middle layer and the last layer (fewer for tiny stacks)."""
+    return tuple(sorted({min(1, layers - 1), layers // 2, layers - 1}))
+
+
 def timed(fn: Callable[[], object], clock: Callable[[], float]) -> float:
     gc.collect()
     gc.disable()
@@ -49,7 +54,7 @@ class Case:
 
 
 def build(layers: int, streams: int) -> Case:
-    stack = decoder_stack(layers, (1, layers // 2, layers - 1), moe=True)
+    stack = decoder_stack(layers, capture_layers(layers), moe=True)
     sched = msched.schedule(stack.gm, streams)
     assert msched.verify(stack.gm, original=sched.original).ok
     return Case(layers, stack.gm, sched.original)

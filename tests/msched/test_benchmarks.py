@@ -1,0 +1,37 @@
+"""The CPU benchmarks still run and print their tables (no timing is asserted here)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
+
+
+@pytest.mark.parametrize(
+    ("script", "columns"),
+    [
+        (
+            "bench_schedule.py",
+            ["ratio", "recompile/floor", "analysis_ms", "waits/node", "makespan/lb"],
+        ),
+        ("bench_verify.py", ["nodes"]),
+    ],
+)
+def test_benchmark_prints_its_table(script: str, columns: list[str]) -> None:
+    run = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), "--layers", "2,3", "--repeat", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    header = next(line for line in lines if "layers" in line.split())
+    assert all(c in header.split() for c in columns), header
+    rows = [line.split() for line in lines if line.split()[:1] in (["2"], ["3"])]
+    assert [r[0] for r in rows] == ["2", "3"]
+    assert all(float(value) >= 0 for row in rows for value in row)
