@@ -92,9 +92,15 @@ def bottom_levels(dag: Dag, cost: dict[Node, float]) -> dict[Node, float]:
     """Longest cost path from each node to the exit, the node itself included."""
     level: dict[Node, float] = {}
     succs = dag.succs
+    get = level.__getitem__
     for node in reversed(dag.nodes):
         below = succs[node]
-        level[node] = cost[node] + (max([level[s] for s in below]) if below else 0.0)
+        if not below:
+            level[node] = cost[node]
+        elif len(below) == 1:
+            level[node] = cost[node] + level[below[0]]
+        else:
+            level[node] = cost[node] + max(map(get, below))
     return level
 
 
@@ -121,8 +127,7 @@ def assign_streams(dag: Dag, num_streams: int, cost_model: CostModel) -> Assignm
     out = dag.output
     stream[out] = 0
     start[out] = finish[out] = max((finish[d] for d in dag.preds[out]), default=0.0)
-    rank = {n: i for i, n in enumerate(picked)}
-    order = tuple(sorted(picked, key=lambda n: (start[n], rank[n])))
+    order = tuple(sorted(picked, key=start.__getitem__))  # stable: ties keep the pick order
     return Assignment(
         num_streams=num_streams,
         stream=stream,
@@ -165,12 +170,12 @@ def _costs(dag: Dag, model: CostModel) -> dict[Node, float]:
     from msched.errors import InvalidArgumentError
 
     cost: dict[Node, float] = {}
-    out = dag.output
+    out, cost_of = dag.output, model.cost
     for node in dag.nodes:
         if node.op in _INPUT_OPS or node is out:
             cost[node] = 0.0
             continue
-        value = float(model.cost(node))
+        value = float(cost_of(node))
         if not 0.0 <= value < float("inf"):
             raise InvalidArgumentError(
                 f"cost model {type(model).__name__} gave {value!r} for node {node.name!r}; "
@@ -190,26 +195,41 @@ def _list_schedule(
     finish: dict[Node, float],
 ) -> list[Node]:
     index, preds, succs, out = dag.index, dag.preds, dag.succs, dag.output
-    waiting = {n: sum(1 for d in preds[n] if d.op not in _INPUT_OPS) for n in dag.nodes}
+    waiting = compute_dependency_counts(dag)
     ready = [
         (-level[n], index[n], n) for n in dag.nodes if n.op not in _INPUT_OPS and not waiting[n]
     ]
     heapq.heapify(ready)
+    heappop, heappush = heapq.heappop, heapq.heappush
     lanes = [_Lane() for _ in range(num_streams)]
     picked: list[Node] = []
     while ready:
-        node = heapq.heappop(ready)[2]
+        node = heappop(ready)[2]
         if node is out:
             continue
-        s, t = _place(node, preds[node], cost[node], lanes, stream, finish)
-        stream[node], start[node], finish[node] = s, t, t + cost[node]
-        lanes[s].occupy(t, t + cost[node])
+        c = cost[node]
+        s, t = _place(node, preds[node], c, lanes, stream, finish)
+        stream[node], start[node], finish[node] = s, t, t + c
+        if c:
+            lanes[s].occupy(t, t + c)
         picked.append(node)
         for succ in succs[node]:
-            waiting[succ] -= 1
-            if not waiting[succ]:
-                heapq.heappush(ready, (-level[succ], index[succ], succ))
+            left = waiting[succ] - 1
+            waiting[succ] = left
+            if not left:
+                heappush(ready, (-level[succ], index[succ], succ))
     return picked
+
+
+def compute_dependency_counts(dag: Dag) -> dict[Node, int]:
+    """How many dependencies of each node are computed nodes (graph inputs are always ready)."""
+    waiting = {n: len(deps) for n, deps in dag.preds.items()}
+    succs = dag.succs
+    for node in dag.nodes:
+        if node.op in _INPUT_OPS:
+            for succ in succs[node]:
+                waiting[succ] -= 1
+    return waiting
 
 
 def _place(
@@ -227,7 +247,8 @@ def _place(
             est, affinity, from_input = f, stream[dep], dep.op in _INPUT_OPS
     if cost == 0.0:
         return affinity, est
-    if lanes[affinity].earliest(est, cost) == est:
+    ends = lanes[affinity].ends
+    if not ends or ends[-1] <= est or lanes[affinity].earliest(est, cost) == est:
         return affinity, est
     best_stream, best_start = affinity, lanes[affinity].earliest(est, cost)
     for s, lane in enumerate(lanes):

@@ -93,7 +93,9 @@ def _graph_of(gm: GraphModule | Graph) -> Graph:
 
 def check_output(graph: Graph) -> Node:
     """The graph's single ``output`` node, which must be its last node."""
-    outputs = [n for n in graph.nodes if n.op == "output"]
+    outputs = graph.find_nodes(op="output")
+    if len(outputs) > 1:
+        outputs = [n for n in graph.nodes if n.op == "output"]  # in graph order, for the message
     if not outputs:
         raise InvalidGraphError("the graph has no output node; add one with graph.output(...)")
     if len(outputs) > 1:
@@ -149,18 +151,20 @@ def dependency_edges(
     preds: dict[Node, dict[Node, int]] = {}
     last_write: dict[Node, Node] = {}
     reads_since: dict[Node, list[Node]] = {}
+    reads, writes, side_effects = effects.reads, effects.writes, effects.side_effects
     # Only storages that something writes can take part in a hazard.
-    written = {s for n in nodes for s in effects.writes.get(n, ())}
-    side_effects = effects.side_effects
+    written = {s for w in map(writes.get, nodes) if w for s in w}
     world: Node | None = None  # the last side effect that writes no tensor of the graph
     for node in nodes:
-        deps = dict.fromkeys(node.all_input_nodes, DATA)
-        hazardous = [s for s in effects.reads[node] if s in written]
-        if hazardous:
+        deps = dict.fromkeys(node._input_nodes, DATA)  # torch.fx's dict of the node's inputs
+        read = reads[node]
+        if read and not written.isdisjoint(read):
+            hazardous = [s for s in read if s in written]
             _add_read_edges(node, hazardous, deps, last_write, reads_since)
-        if effects.writes[node]:
-            _add_write_edges(node, effects.writes[node], deps, last_write, reads_since)
-        if node in side_effects and not effects.writes[node] and node is not output:
+        write = writes[node]
+        if write:
+            _add_write_edges(node, write, deps, last_write, reads_since)
+        elif node in side_effects and node is not output:
             if world is not None:
                 deps[world] = deps.get(world, 0) | WAW
             world = node

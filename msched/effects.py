@@ -24,7 +24,7 @@ from __future__ import annotations
 import inspect
 import operator
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -118,6 +118,13 @@ class _OpInfo:
     multi_output: bool = False
     view_of_first: bool = False
     side_effect: bool = False
+    # derived: fresh storage, no writes, no side effect (reads its inputs and nothing more)
+    plain: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        single_alias = len(self.return_alias) == 1 and self.return_alias[0] is not None
+        plain = not (self.writes or self.view_of_first or self.side_effect or single_alias)
+        object.__setattr__(self, "plain", plain)
 
 
 _OP_INFO_CACHE: dict[Any, _OpInfo] = {}
@@ -224,23 +231,28 @@ def _method_info(name: str) -> _OpInfo:
 
 
 def _op_info(node: Node) -> _OpInfo | None:
-    if node.op == "call_method":
-        key: Any = ("method", node.target)
-    elif node.op == "call_function":
-        key = node.target
-    else:
+    if node.op == "call_function":
+        return _OP_INFO_CACHE.get(node.target) or _function_info(node.target)
+    if node.op != "call_method":
         return None
+    key = ("method", node.target)
     info = _OP_INFO_CACHE.get(key)
     if info is None:
-        if node.op == "call_method":
-            info = _method_info(str(node.target))
-        elif isinstance(node.target, _OpOverload):
-            info = _overload_info(node.target)
-        elif isinstance(node.target, _OpOverloadPacket):
-            info = _overload_info(_resolve_packet(node.target))
+        info = _OP_INFO_CACHE[key] = _method_info(str(node.target))
+    return info
+
+
+def _function_info(target: Any) -> _OpInfo:
+    """What a ``call_function`` target does (cached per target)."""
+    info = _OP_INFO_CACHE.get(target)
+    if info is None:
+        if isinstance(target, _OpOverload):
+            info = _overload_info(target)
+        elif isinstance(target, _OpOverloadPacket):
+            info = _overload_info(_resolve_packet(target))
         else:
-            info = _callable_info(node.target)
-        _OP_INFO_CACHE[key] = info
+            info = _callable_info(target)
+        _OP_INFO_CACHE[target] = info
     return info
 
 
@@ -284,12 +296,27 @@ def compute_effects(graph: Graph) -> Effects:
     reads: dict[Node, tuple[Node, ...]] = {}
     writes: dict[Node, tuple[Node, ...]] = {}
     side: list[Node] = []
+    cache, getitem = _OP_INFO_CACHE, operator.getitem
     try:
         for node in graph.nodes:
-            if node.op in _INPUT_OPS:
+            op = node.op
+            info: _OpInfo | None
+            if op == "call_function" and node.target is not getitem:
+                info = cache.get(node.target) or _function_info(node.target)
+                if info.plain:  # the common case, inlined: fresh storage, reads its inputs
+                    root[node] = node
+                    inputs = node._input_nodes  # torch.fx's own dict of a node's inputs
+                    if len(inputs) == 1:
+                        reads[node] = (root[next(iter(inputs))],)
+                    else:
+                        reads[node] = tuple(dict.fromkeys([root[i] for i in inputs]))
+                    writes[node] = ()
+                    continue
+            elif op in _INPUT_OPS:
                 root[node], reads[node], writes[node] = node, (), ()
                 continue
-            info = _op_info(node)
+            else:
+                info = _op_info(node)
             root[node] = _root_of(node, info, root)
             reads[node] = _reads(node, info, root)
             written = _writes(node, info, root) if info is not None and info.writes else ()

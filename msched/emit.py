@@ -29,7 +29,7 @@ from typing import Any
 from torch.fx import Graph, Node
 
 from msched import ops
-from msched.assign import Assignment
+from msched.assign import Assignment, compute_dependency_counts
 from msched.dag import Dag
 from msched.effects import produces_tensor
 from msched.lifetimes import unsafe_cross_stream_uses
@@ -57,6 +57,7 @@ class _Emitter:
 
     def __init__(self, graph: Graph, dag: Dag, assignment: Assignment, preamble: list[Node]):
         self.graph, self.dag, self.a = graph, dag, assignment
+        self.preds = dag.preds
         n = assignment.num_streams
         self.vc = [[-1] * n for _ in range(n)]
         self.seq_count = [0] * n
@@ -67,6 +68,7 @@ class _Emitter:
         self.before: dict[Node, list[Node]] = {}
         self.started = [True] + [False] * (n - 1)
         self.body: list[Node] = []
+        self.computed: list[Node] = []  # the preamble and the emitted nodes, in host order
         self.added: list[Node] = []
         self.stream: dict[Node, int] = {}
         self.current = 0
@@ -78,21 +80,31 @@ class _Emitter:
         self.vc[0][0] = self.entry_point = len(preamble)
         self.entry_snap = tuple([self.entry_point] + [-1] * (n - 1))
 
-    def _new(self, op: Callable[..., Any], args: tuple[Any, ...], name: str) -> Node:
-        node = _stream_op(self.graph, op, args, name)
+    def _new(self, op: Callable[..., Any], args: tuple[Any, ...], name: str, stream: int) -> Node:
+        """A new stream-op node on ``stream`` (not yet in its place in the graph).
+
+        The arguments are set after creation: `Graph.create_node` scans them for raw symbolic
+        values, which our literal ints and tensor nodes never are, and that scan is the
+        larger part of its cost for thousands of stream ops.
+        """
+        node = self.graph.create_node("call_function", op, None, None, name=name)
+        node.args = args
         self.added.append(node)
-        self.stream[node] = self.current
+        self.stream[node] = stream
         return node
 
     def _put(self, op: Callable[..., Any], args: tuple[Any, ...], name: str) -> None:
-        self.body.append(self._new(op, args, name))
+        self.body.append(self._new(op, args, name, self.current))
 
     def _count(self, node: Node, s: int) -> None:
+        """Stamp ``node`` as the next node of stream ``s``; keep its host order."""
         self.stream[node] = s
-        self.seq_count[s] += 1
-        self.seq[node] = self.seq_count[s]
-        self.vc[s][s] = self.seq_count[s]
-        self.snap[node] = tuple(self.vc[s])
+        k = self.seq_count[s] + 1
+        self.seq_count[s] = self.seq[node] = k
+        vc = self.vc[s]
+        vc[s] = k
+        self.snap[node] = tuple(vc)
+        self.computed.append(node)
 
     def _switch(self, s: int) -> None:
         if s != self.current:
@@ -111,8 +123,7 @@ class _Emitter:
         if self.vc[s][0] >= self.entry_point:
             return
         if self.entry is None:
-            self.entry = self._new(ops.record_event, (0,), "record_event")
-            self.stream[self.entry] = 0
+            self.entry = self._new(ops.record_event, (0,), "record_event", 0)
         self._put(ops.wait_event, (0,), "wait_event")
         self.num_waits += 1
         self._join(s, self.entry_snap)
@@ -122,10 +133,8 @@ class _Emitter:
         if event is None:
             event = len(self.event_of) + 1
             self.event_of[producer] = event
-            record = _stream_op(self.graph, ops.record_event, (event,), "record_event")
-            self.added.append(record)
-            self.stream[record] = self.a.stream[producer]
-            self.after[producer] = record
+            stream = self.a.stream[producer]
+            self.after[producer] = self._new(ops.record_event, (event,), "record_event", stream)
         return event
 
     def _wait_for(self, s: int, deps: dict[Node, int]) -> None:
@@ -164,8 +173,9 @@ class _Emitter:
             self._join(s, snap[dep])
 
     def emit(self, node: Node, s: int) -> None:
-        self._switch(s)
-        self._wait_for(s, self.dag.preds[node])
+        if s != self.current:
+            self._switch(s)
+        self._wait_for(s, self.preds[node])
         if not self.started[s]:
             self._start_stream(s)
         self.body.append(node)
@@ -179,9 +189,8 @@ class _Emitter:
 
     def _record_unsafe_uses(self, output: Node) -> None:
         """Add ``record_stream`` before the first use of each storage that needs one."""
-        order = self.preamble + [n for n in self.body if n in self.seq]
         unsafe = unsafe_cross_stream_uses(
-            order,
+            self.computed,
             output,
             self.stream,
             self.seq,
@@ -190,24 +199,9 @@ class _Emitter:
             produces_tensor,
         )
         for use in unsafe:
-            record = _stream_op(
-                self.graph, ops.record_stream, (use.tensor, use.stream), "record_stream"
-            )
-            self.added.append(record)
-            self.stream[record] = use.stream
+            args = (use.tensor, use.stream)
+            record = self._new(ops.record_stream, args, "record_stream", use.stream)
             self.before.setdefault(use.user, []).append(record)
-
-
-def _stream_op(graph: Graph, op: Callable[..., Any], args: tuple[Any, ...], name: str) -> Node:
-    """A new stream-op node (not yet in its place).
-
-    The arguments are set after creation: `Graph.create_node` scans them for raw symbolic
-    values, which our literal ints and tensor nodes never are, and that scan is the larger
-    part of its cost for thousands of stream ops.
-    """
-    node = graph.create_node("call_function", op, None, None, name=name)
-    node.args = args
-    return node
 
 
 def _preamble(dag: Dag, a: Assignment) -> list[Node]:
@@ -245,28 +239,22 @@ def plan_emission(graph: Graph, dag: Dag, a: Assignment) -> Emission:
     em = _Emitter(graph, dag, a, pre)
     for node in inputs:
         em.stream[node] = 0
-    pending = {n: sum(1 for d in dag.preds[n] if d.op not in _INPUT_OPS) for n in a.order}
+    pending = compute_dependency_counts(dag)
     rank = {n: i for i, n in enumerate(a.order)}
-    done: set[Node] = set()
-
-    def mark_done(node: Node) -> None:
-        for succ in dag.succs[node]:
-            if succ in pending:
-                pending[succ] -= 1
-
+    succs, stream = dag.succs, a.stream
     for node in pre:
-        done.add(node)
-        mark_done(node)
-    queues = _stream_queues(a, done)
-    remaining = sum(len(q) for q in queues)
-    while remaining:
+        for succ in succs[node]:
+            pending[succ] -= 1
+    queues = _stream_queues(a, set(pre))
+    emit = em.emit
+    for _ in range(sum(len(q) for q in queues)):
         q = queues[em.current]
         if not q or pending[q[-1]]:
             q = min((q for q in queues if q), key=lambda q: rank[q[-1]])
         node = q.pop()
-        em.emit(node, a.stream[node])
-        mark_done(node)
-        remaining -= 1
+        emit(node, stream[node])
+        for succ in succs[node]:
+            pending[succ] -= 1
     em.finish(dag.output)
     order = _link_order(em, inputs, pre, dag.output)
     return Emission(

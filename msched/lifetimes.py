@@ -54,12 +54,8 @@ def unsafe_cross_stream_uses(
     ``seq[n]`` is ``n``'s position on its stream; ``knows[n]`` the vector clock of its stream
     right after it.  Nodes missing from ``seq`` (graph inputs, the preamble) allocate nothing.
     """
-    last, uses = _last_and_cross_uses(order, stream, seq, root)
+    last, uses, on_stream = _last_and_cross_uses(order, stream, seq, root)
     returned = {root.get(a, a) for a in output.all_input_nodes}
-    on_stream: dict[int, list[int]] = {}
-    for pos, node in enumerate(order):
-        if node in seq:
-            on_stream.setdefault(stream[node], []).append(pos)
     unsafe: list[UnsafeUse] = []
     for r, per_stream in uses.items():
         if r in returned:
@@ -81,22 +77,34 @@ def _last_and_cross_uses(
     stream: Mapping[Node, int],
     seq: Mapping[Node, int],
     root: Mapping[Node, Node],
-) -> tuple[dict[Node, int], dict[Node, dict[int, tuple[int, Node, Node]]]]:
-    """Per storage: host position of its last use, and per other stream its last use there."""
+) -> tuple[
+    dict[Node, int], dict[Node, dict[int, tuple[int, Node, Node]]], dict[int, list[int]]
+]:
+    """Per storage: host position of its last use, and per other stream its last use there.
+    Also the host positions of the nodes of each stream (those in ``seq``)."""
     last: dict[Node, int] = {}
     uses: dict[Node, dict[int, tuple[int, Node, Node]]] = {}
+    on_stream: dict[int, list[int]] = {}
+    root_of = root.get
     for pos, user in enumerate(order):
         s = stream[user]
-        for alias in user.all_input_nodes:
-            r = root.get(alias, alias)
+        counted = user in seq
+        if counted:
+            positions = on_stream.get(s)
+            if positions is None:
+                on_stream[s] = [pos]
+            else:
+                positions.append(pos)
+        for alias in user._input_nodes:  # torch.fx's dict of the node's inputs
+            r = root_of(alias, alias)
             if r not in seq:
                 continue  # a graph input, or allocated by the preamble: owned by the caller
             last[r] = pos
-            if s != stream[r] and user in seq:
+            if counted and s != stream[r]:
                 per_stream = uses.setdefault(r, {})
                 known = per_stream.get(s)
                 if known is None:
                     per_stream[s] = (seq[user], user, alias)
                 else:
                     per_stream[s] = (seq[user], known[1], known[2])
-    return last, uses
+    return last, uses, on_stream

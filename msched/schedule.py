@@ -110,10 +110,10 @@ def _check_arguments(gm: object, num_streams: object, cost_model: object) -> Non
 
 
 def _check_unscheduled(graph: Graph) -> None:
-    stream_ops = [
-        n.name for n in graph.nodes if n.op == "call_function" and n.target in ops.STREAM_OPS
-    ]
-    if stream_ops:
+    found = [n for op in ops.STREAM_OPS for n in graph.find_nodes(op="call_function", target=op)]
+    if found:
+        marked = set(found)
+        stream_ops = [n.name for n in graph.nodes if n in marked]
         shown = ", ".join(stream_ops[:3]) + (", ..." if len(stream_ops) > 3 else "")
         raise InvalidGraphError(
             f"the graph is already scheduled (stream ops {shown}); schedule the original graph "
