@@ -195,7 +195,7 @@ def _list_schedule(
     finish: dict[Node, float],
 ) -> list[Node]:
     index, preds, succs, out = dag.index, dag.preds, dag.succs, dag.output
-    waiting = compute_dependency_counts(dag)
+    waiting = dict(dag.computed_dependency_counts)
     ready = [
         (-level[n], index[n], n) for n in dag.nodes if n.op not in _INPUT_OPS and not waiting[n]
     ]
@@ -219,17 +219,6 @@ def _list_schedule(
             if not left:
                 heappush(ready, (-level[succ], index[succ], succ))
     return picked
-
-
-def compute_dependency_counts(dag: Dag) -> dict[Node, int]:
-    """How many dependencies of each node are computed nodes (graph inputs are always ready)."""
-    waiting = {n: len(deps) for n, deps in dag.preds.items()}
-    succs = dag.succs
-    for node in dag.nodes:
-        if node.op in _INPUT_OPS:
-            for succ in succs[node]:
-                waiting[succ] -= 1
-    return waiting
 
 
 def _place(

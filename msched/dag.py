@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from torch.fx import Graph, GraphModule, Node
 
@@ -72,6 +73,18 @@ class Dag:
     succs: dict[Node, list[Node]]
     effects: Effects
     output: Node
+
+    @cached_property
+    def computed_dependency_counts(self) -> dict[Node, int]:
+        """How many dependencies of each node are computed nodes (graph inputs are always
+        ready).  Shared: take a copy before counting down."""
+        waiting = {n: len(deps) for n, deps in self.preds.items()}
+        succs = self.succs
+        for node in self.nodes:
+            if node.op in ("placeholder", "get_attr"):
+                for succ in succs[node]:
+                    waiting[succ] -= 1
+        return waiting
 
     def dependencies(self, node: Node) -> dict[Node, set[str]]:
         """What ``node`` must wait for: ``{dependency: {"data", "raw", ...}}``."""

@@ -29,7 +29,7 @@ from typing import Any
 from torch.fx import Graph, Node
 
 from msched import ops
-from msched.assign import Assignment, compute_dependency_counts
+from msched.assign import Assignment
 from msched.dag import Dag
 from msched.effects import produces_tensor
 from msched.lifetimes import unsafe_cross_stream_uses
@@ -239,7 +239,7 @@ def plan_emission(graph: Graph, dag: Dag, a: Assignment) -> Emission:
     em = _Emitter(graph, dag, a, pre)
     for node in inputs:
         em.stream[node] = 0
-    pending = compute_dependency_counts(dag)
+    pending = dict(dag.computed_dependency_counts)
     rank = {n: i for i, n in enumerate(a.order)}
     succs, stream = dag.succs, a.stream
     for node in pre:
