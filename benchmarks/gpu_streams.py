@@ -168,8 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     model = TinyDecoder(args.layers, args.hidden, layers, args.moe).to(args.device)
     inputs = tuple(t.to(args.device) for t in model.example_inputs(args.tokens, seed=7))
     device_name = torch.cuda.get_device_name() if args.device != "cpu" else "cpu"
-    print(f"TinyDecoder: {args.layers} layers, hidden {args.hidden}, tokens {args.tokens}, "
-          f"moe={args.moe}, captures {layers}, on {device_name}")
+    print(
+        f"TinyDecoder: {args.layers} layers, hidden {args.hidden}, tokens {args.tokens}, "
+        f"moe={args.moe}, captures {layers}, on {device_name}"
+    )
     ok = run_delayed(model, inputs, args)
     if args.ablate:
         print("ablation: " + ("race exposed" if not ok else "race NOT exposed"))

@@ -169,14 +169,19 @@ def _decode_v2(node: Node, op: Any) -> tuple[dict[str, Any], tuple[Any, ...]]:
             arguments[arg.name] = _plain_argument(node, arg, kwargs)
         elif _is_tensor_list(arg):
             length = _pop(node, kwargs, f"_{arg.name}_length")
-            arguments[arg.name] = None if length is None else [
-                _read_view(node, kwargs, f"_{arg.name}_{i}", bases) for i in range(length)
-            ]
+            arguments[arg.name] = (
+                None
+                if length is None
+                else [_read_view(node, kwargs, f"_{arg.name}_{i}", bases) for i in range(length)]
+            )
         else:
             arguments[arg.name] = _read_view(node, kwargs, f"_{arg.name}", bases)
     if kwargs:
-        raise _fail(node, f"unknown keyword arguments {sorted(kwargs)} (view metadata "
-                    "this version of msched does not understand)")
+        raise _fail(
+            node,
+            f"unknown keyword arguments {sorted(kwargs)} (view metadata "
+            "this version of msched does not understand)",
+        )
     return arguments, bases
 
 
@@ -215,12 +220,14 @@ def _read_view(node: Node, kwargs: dict[str, Any], prefix: str, bases: tuple[Any
         return _View(aten.alias.default, base, ())
     if f"{prefix}_storage_offset" in kwargs:
         keys = ("size", "stride", "storage_offset")
-        return _View(aten.as_strided.default, base,
-                     tuple(_pop(node, kwargs, f"{prefix}_{k}") for k in keys))
+        return _View(
+            aten.as_strided.default, base, tuple(_pop(node, kwargs, f"{prefix}_{k}") for k in keys)
+        )
     if f"{prefix}_slice_dim" in kwargs:
         keys = ("slice_dim", "slice_start", "slice_end")
-        return _View(aten.slice.Tensor, base,
-                     tuple(_pop(node, kwargs, f"{prefix}_{k}") for k in keys))
+        return _View(
+            aten.slice.Tensor, base, tuple(_pop(node, kwargs, f"{prefix}_{k}") for k in keys)
+        )
     return base
 
 
@@ -232,8 +239,11 @@ def _decode_v1(node: Node, op: Any) -> tuple[dict[str, Any], tuple[Any, ...]]:
         raise _fail(node, f"unknown keyword arguments {sorted(kwargs)}")
     mutated = [a for a in op._schema.arguments if _mutable(a)]
     if any(_is_tensor_list(a) for a in mutated):
-        raise _fail(node, "auto_functionalized (v1) with a mutated tensor list is not "
-                    "supported; enable torch._inductor.config.enable_auto_functionalized_v2")
+        raise _fail(
+            node,
+            "auto_functionalized (v1) with a mutated tensor list is not "
+            "supported; enable torch._inductor.config.enable_auto_functionalized_v2",
+        )
     return arguments, tuple(arguments[a.name] for a in mutated)
 
 

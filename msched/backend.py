@@ -221,8 +221,9 @@ def split_pieces(gm: GraphModule, split_ops: tuple[Any, ...]) -> GraphModule:
             current += 2
         else:
             partition[node] = current
-    return split_module(gm, gm, partition.__getitem__, keep_original_order=True,
-                        keep_original_node_name=True)
+    return split_module(
+        gm, gm, partition.__getitem__, keep_original_order=True, keep_original_node_name=True
+    )
 
 
 def _submodule_calls(module: GraphModule) -> list[str]:

@@ -163,9 +163,7 @@ class _Emitter:
         needed = [
             latest[t]
             for t in sorted(latest)
-            if not any(
-                snap[other][t] >= seq[latest[t]] for u, other in latest.items() if u != t
-            )
+            if not any(snap[other][t] >= seq[latest[t]] for u, other in latest.items() if u != t)
         ]
         for dep in needed:
             self._put(ops.wait_event, (self._event_for(dep),), "wait_event")

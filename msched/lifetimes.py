@@ -77,9 +77,7 @@ def _last_and_cross_uses(
     stream: Mapping[Node, int],
     seq: Mapping[Node, int],
     root: Mapping[Node, Node],
-) -> tuple[
-    dict[Node, int], dict[Node, dict[int, tuple[int, Node, Node]]], dict[int, list[int]]
-]:
+) -> tuple[dict[Node, int], dict[Node, dict[int, tuple[int, Node, Node]]], dict[int, list[int]]]:
     """Per storage: host position of its last use, and per other stream its last use there.
     Also the host positions of the nodes of each stream (those in ``seq``)."""
     last: dict[Node, int] = {}

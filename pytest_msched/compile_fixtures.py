@@ -19,9 +19,7 @@ _TRACED_KEY = pytest.StashKey[dict[Any, TracedDecoder]]()
 
 
 def _cache_key(num_streams: int, kwargs: dict[str, Any]) -> Any:
-    items = tuple(
-        sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items())
-    )
+    items = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items()))
     try:
         hash(items)
     except TypeError:

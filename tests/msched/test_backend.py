@@ -108,8 +108,9 @@ def check_adversarial_order_gives_the_same_results(t: TracedDecoder) -> None:
     columns = t.model.capture_slice(11)
     dest = input_index(last.gm, capture_of(last.gm, columns).args[0])
     late = execute(last.gm, *t.piece_inputs[last.name], order="late-aux")
-    assert torch.equal(late.inputs_at_output[dest][:, slice(*columns)],
-                       t.reference_capture[:, slice(*columns)])
+    assert torch.equal(
+        late.inputs_at_output[dest][:, slice(*columns)], t.reference_capture[:, slice(*columns)]
+    )
 
 
 # --- dynamic shapes ------------------------------------------------------------------------
@@ -328,7 +329,8 @@ def _functional_graph(extra_kwargs: dict[str, Any], read_old_after: bool) -> Gra
     b = g.call_function(torch.ops.aten.clone.default, (x,))
     kwargs = {"x": x, "factor": 2.0, "_out_base_index": 0, "_all_bases": [b], **extra_kwargs}
     af = g.call_function(
-        torch.ops.higher_order.auto_functionalized_v2, (torch.ops.msched_test.scale_into.default,),
+        torch.ops.higher_order.auto_functionalized_v2,
+        (torch.ops.msched_test.scale_into.default,),
         kwargs,
     )
     new = g.call_function(operator.getitem, (af, 1))
@@ -403,8 +405,13 @@ def test_trace_returns_the_scheduled_pieces_in_order() -> None:
 def test_split_ops_choose_where_to_cut() -> None:
     model = TinyDecoder(2, HIDDEN, (0, 1), moe=True)
     inputs = model.example_inputs(TOKENS)
-    pieces = msched.trace(model, *inputs, num_streams=2, piecewise=True,
-                          split_ops=[torch.ops.msched.moe_experts.default])
+    pieces = msched.trace(
+        model,
+        *inputs,
+        num_streams=2,
+        piecewise=True,
+        split_ops=[torch.ops.msched.moe_experts.default],
+    )
     assert ["ops.msched.moe_experts" in p.code for p in pieces] == [False, True, False, True, False]
 
 
