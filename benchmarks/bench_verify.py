@@ -20,15 +20,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from bench_schedule import capture_layers
 from torch.fx import Graph, GraphModule
 
 import msched
 from msched.decoder import decoder_stack
-
-
-def capture_layers(layers: int) -> tuple[int, ...]:
-    """Captures at layer 1, the middle layer and the last layer (fewer for tiny stacks)."""
-    return tuple(sorted({min(1, layers - 1), layers // 2, layers - 1}))
 
 
 def timed(fn: Callable[[], object], clock: Callable[[], float]) -> float:

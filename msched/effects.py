@@ -303,13 +303,9 @@ def compute_effects(graph: Graph) -> Effects:
             info: _OpInfo | None
             if op == "call_function" and node.target is not getitem:
                 info = cache.get(node.target) or _function_info(node.target)
-                if info.plain:  # the common case, inlined: fresh storage, reads its inputs
+                if info.plain:  # the common case: fresh storage, reads its inputs
                     root[node] = node
-                    inputs = node._input_nodes  # torch.fx's own dict of a node's inputs
-                    if len(inputs) == 1:
-                        reads[node] = (root[next(iter(inputs))],)
-                    else:
-                        reads[node] = tuple(dict.fromkeys([root[i] for i in inputs]))
+                    reads[node] = _input_roots(node, root)
                     writes[node] = ()
                     continue
             elif op in _INPUT_OPS:
@@ -356,9 +352,14 @@ _INPUT_OPS = ("placeholder", "get_attr")
 def _reads(node: Node, info: _OpInfo | None, root: dict[Node, Node]) -> tuple[Node, ...]:
     if info is not None and info.view_of_first:
         return ()
-    inputs = node.all_input_nodes
+    return _input_roots(node, root)
+
+
+def _input_roots(node: Node, root: dict[Node, Node]) -> tuple[Node, ...]:
+    """The storages of ``node``'s inputs, deduplicated, in argument order."""
+    inputs = node._input_nodes  # torch.fx's own dict of a node's inputs
     if len(inputs) == 1:
-        return (root[inputs[0]],)
+        return (root[next(iter(inputs))],)
     return tuple(dict.fromkeys([root[i] for i in inputs]))
 
 

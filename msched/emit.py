@@ -181,7 +181,7 @@ class _Emitter:
 
     def finish(self, output: Node) -> None:
         self._switch(0)
-        self._wait_for(0, self.dag.preds[output])
+        self._wait_for(0, self.preds[output])
         self.stream[output] = 0
         self._record_unsafe_uses(output)
 
