@@ -10,7 +10,7 @@ from msched import ops
 from msched.backend import backend, trace
 from msched.cost import CostModel, DefaultCostModel, RooflineCostModel
 from msched.dag import Dag, build_dag
-from msched.effects import register_mutation, register_side_effect
+from msched.effects import register_mutation, register_pure, register_side_effect
 from msched.errors import (
     InvalidArgumentError,
     InvalidGraphError,
@@ -42,6 +42,7 @@ __all__ = [
     "execute",
     "ops",
     "register_mutation",
+    "register_pure",
     "register_side_effect",
     "schedule",
     "simulate",

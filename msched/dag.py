@@ -12,8 +12,8 @@ from an earlier node to a later one:
   caller's stream has joined all work the graph issued when it returns).
 
 Side-effecting nodes that write no tensor of the graph (``print``, collectives registered with
-`msched.register_side_effect`) keep their relative order: each is a ``waw`` on a pseudo-storage
-standing for the world outside the graph.
+`msched.register_side_effect`), random ops and calls msched knows nothing about keep their
+relative order: each is a ``waw`` on a pseudo-storage standing for the world outside the graph.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from functools import cached_property
 
 from torch.fx import Graph, GraphModule, Node
 
+from msched._graphcheck import check_acyclic
 from msched.effects import Effects, compute_effects
 from msched.errors import InvalidArgumentError, InvalidGraphError
 
@@ -131,6 +132,8 @@ def check_output(graph: Graph) -> Node:
 def build_dag(gm: GraphModule | Graph) -> Dag:
     """Build the `Dag` of ``gm``: data, RAW, WAR, WAW and exit edges with their reasons.
 
+    Raises `msched.InvalidGraphError` naming the cycle when a node depends on its own value.
+
     1. Compute every node's reads and writes (`msched.effects`).
     2. Walk the nodes in program order, keeping per storage its last write and the reads
        since; add data edges, then RAW for reads, then WAW and WAR for writes.
@@ -138,6 +141,7 @@ def build_dag(gm: GraphModule | Graph) -> Dag:
        without users and each other node without users.
     """
     graph = _graph_of(gm)
+    check_acyclic(graph)
     out = check_output(graph)
     effects = compute_effects(graph)
     nodes = tuple(graph.nodes)
@@ -165,6 +169,7 @@ def dependency_edges(
     last_write: dict[Node, Node] = {}
     reads_since: dict[Node, list[Node]] = {}
     reads, writes, side_effects = effects.reads, effects.writes, effects.side_effects
+    world_nodes = effects.world
     # Only storages that something writes can take part in a hazard.
     written = {s for w in map(writes.get, nodes) if w for s in w}
     world: Node | None = None  # the last side effect that writes no tensor of the graph
@@ -177,7 +182,7 @@ def dependency_edges(
         write = writes[node]
         if write:
             _add_write_edges(node, write, deps, last_write, reads_since)
-        elif node in side_effects and node is not output:
+        if (node in world_nodes or (not write and node in side_effects)) and node is not output:
             if world is not None:
                 deps[world] = deps.get(world, 0) | WAW
             world = node

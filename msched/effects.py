@@ -2,26 +2,31 @@
 
 A *storage* is named by its root node: a placeholder, a ``get_attr``, or the output of an op
 that is not a view.  View ops map their result to the root of their input, so a write through
-``aten.slice(dest, ...)`` is a write to ``dest``.
+``aten.slice(dest, ...)`` is a write to ``dest``.  Where a result only *may* share memory with
+its inputs (``x.float()``, an unknown function's result), it is a storage of its own that
+*aliases* those of its inputs: every access to it also counts as an access to them.
 
-Where the facts come from:
+What each call target does comes from `msched._targets` (schemas, torch-level functions,
+``torch.Tensor`` methods, allowlisted ``torch.nn`` modules and functional calls, and the
+registrations).  **Sound by default**: a target of unknown effect reads and writes every tensor
+it receives and its result may alias them; it also keeps its order with the other calls that
+touch state outside the graph (random ops, unknown code).
 
-1. ``OpOverload`` targets: the schema.  Argument ``i`` is written when its ``alias_info`` is set
-   and ``is_write``; positional and keyword arguments are both looked up (by schema name).  A
-   return annotated ``Tensor(a)`` aliases the argument annotated with the same set, so its
-   root is that argument's root (views, and in-place ops that return ``self``).
-2. ``call_method`` nodes whose method name ends in ``_`` (``copy_``, ``add_``) write ``self``;
-   ``operator.setitem`` and the in-place operators (``operator.iadd``, ...) write their target.
-   Well-known view methods and functions (``view``, ``t``, ``split``, ...) alias their input.
-3. `register_mutation` and `register_side_effect` for ops whose schema says nothing.
+Storages of graph inputs:
 
-Everything unknown is treated as reading all of its tensor inputs and writing nothing; a node
-that ``torch.fx`` considers impure is a side effect.  Results are plain dicts keyed by node.
+- every ``get_attr`` of one attribute is one storage, and so are attributes that are one tensor
+  or views of one storage (tied weights) when the owning module holds real tensors;
+- placeholders are distinct storages, unless their ``node.meta["msched_storage"]`` values are
+  equal (any hashable but ``None``): then they are one storage.  The piecewise backend labels
+  the inputs of each piece this way, so a view and its base that cross a split stay one
+  storage; downstream code can do the same for inputs it knows alias each other.
+
+Results are plain dicts keyed by node.
 """
 
 from __future__ import annotations
 
-import inspect
+import builtins
 import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -30,239 +35,74 @@ from typing import Any
 import torch
 from torch.fx import Graph, Node
 
-from msched.errors import InvalidArgumentError, InvalidGraphError
+from msched._targets import (  # noqa: F401  (registries and the view table are re-exported)
+    _OP_INFO_CACHE,
+    _REGISTERED_MUTATIONS,
+    _REGISTERED_PURE,
+    _REGISTERED_SIDE_EFFECTS,
+    _STORAGE_SWAPS,
+    _VIEW_NAMES,
+    KEYWORD_ONLY,
+    UNKNOWN,
+    _OpInfo,
+    function_info,
+    getattr_info,
+    inplace_variant,
+    method_info,
+    module_info,
+    register_mutation,
+    register_pure,
+    register_side_effect,
+)
+from msched.errors import InvalidGraphError
+
+__all__ = [
+    "Effects",
+    "compute_effects",
+    "produces_tensor",
+    "register_mutation",
+    "register_pure",
+    "register_side_effect",
+]
 
 _OpOverload = torch._ops.OpOverload
 _OpOverloadPacket = torch._ops.OpOverloadPacket
 
-# op -> argument names that it writes, for ops whose schema does not say so.
-_REGISTERED_MUTATIONS: dict[Any, tuple[str, ...]] = {}
-# ops with effects outside the graph's tensors (I/O, RNG state, collectives, ...).
-_REGISTERED_SIDE_EFFECTS: set[Any] = set()
-
-_INPLACE_OPERATORS = frozenset(
-    {
-        operator.setitem,
-        operator.iadd,
-        operator.isub,
-        operator.imul,
-        operator.itruediv,
-        operator.ifloordiv,
-        operator.imod,
-        operator.ipow,
-        operator.iand,
-        operator.ior,
-        operator.ixor,
-        operator.ilshift,
-        operator.irshift,
-        operator.imatmul,
-    }
-)
-
-_VIEW_NAMES = frozenset(
-    {
-        "view", "view_as", "reshape", "reshape_as", "t", "transpose", "permute", "expand",
-        "expand_as", "narrow", "select", "unsqueeze", "squeeze", "flatten", "unflatten",
-        "as_strided", "unfold", "diagonal", "split", "split_with_sizes", "chunk", "unbind",
-        "detach", "contiguous", "movedim", "swapaxes", "swapdims", "alias", "real", "imag",
-        "view_as_real", "view_as_complex", "__getitem__", "tensor_split",
-    }
-)  # fmt: skip
-
-
-def register_mutation(op: Any, *arg_names: str) -> None:
-    """Declare that ``op`` writes the arguments named ``arg_names``.
-
-    For ops whose schema does not mark the mutation (``Tensor(a!)``), for example Python
-    functions called through ``call_function`` or custom ops defined without ``mutates_args``.
-    Registering an ``OpOverloadPacket`` covers all of its overloads.
-    """
-    if not arg_names:
-        raise InvalidArgumentError(f"register_mutation({op!r}) needs at least one argument name")
-    names = _argument_names(op)
-    unknown = [n for n in arg_names if names is not None and n not in names]
-    if unknown:
-        raise InvalidArgumentError(
-            f"register_mutation: {op!r} has no argument named {', '.join(unknown)}; "
-            f"its arguments are {', '.join(names or ())}"
-        )
-    _REGISTERED_MUTATIONS[op] = tuple(arg_names)
-    _OP_INFO_CACHE.clear()
-
-
-def register_side_effect(op: Any) -> None:
-    """Declare that ``op`` has an effect outside the graph's tensors: never reordered away."""
-    _REGISTERED_SIDE_EFFECTS.add(op)
-    _OP_INFO_CACHE.clear()
-
-
-def _argument_names(op: Any) -> list[str] | None:
-    if isinstance(op, _OpOverload):
-        return [a.name for a in op._schema.arguments]
-    if isinstance(op, _OpOverloadPacket):
-        return sorted({a.name for o in op.overloads() for a in getattr(op, o)._schema.arguments})
-    try:
-        return list(inspect.signature(op).parameters)
-    except (TypeError, ValueError):
-        return None
-
-
-@dataclass(frozen=True)
-class _OpInfo:
-    """What a call target does, independent of the node: computed once per target."""
-
-    # (position, name) of written arguments
-    writes: tuple[tuple[int, str], ...] = ()
-    # return index -> (position, name) of the argument it aliases; None: fresh storage
-    return_alias: tuple[tuple[int, str] | None, ...] = ()
-    multi_output: bool = False
-    view_of_first: bool = False
-    side_effect: bool = False
-    # derived: fresh storage, no writes, no side effect (reads its inputs and nothing more)
-    plain: bool = field(init=False, default=False)
-
-    def __post_init__(self) -> None:
-        single_alias = len(self.return_alias) == 1 and self.return_alias[0] is not None
-        plain = not (self.writes or self.view_of_first or self.side_effect or single_alias)
-        object.__setattr__(self, "plain", plain)
-
-
-_OP_INFO_CACHE: dict[Any, _OpInfo] = {}
-
-
-def _overload_info(op: Any) -> _OpInfo:
-    schema = op._schema
-    args = schema.arguments
-    writes = tuple(
-        (i, a.name)
-        for i, a in enumerate(args)
-        if a.alias_info is not None and a.alias_info.is_write
-    )
-    registered = _REGISTERED_MUTATIONS.get(op) or _REGISTERED_MUTATIONS.get(op.overloadpacket)
-    if registered:
-        writes += tuple((i, a.name) for i, a in enumerate(args) if a.name in registered)
-    return_alias: list[tuple[int, str] | None] = []
-    for ret in schema.returns:
-        alias = None
-        if ret.alias_info is not None:
-            alias = _aliased_argument(args, set(ret.alias_info.before_set))
-        return_alias.append(alias)
-    multi = len(schema.returns) > 1 or (
-        len(schema.returns) == 1 and str(schema.returns[0].type).endswith("[]")
-    )
-    is_view = (
-        len(schema.returns) >= 1
-        and not writes
-        and return_alias
-        and all(r is not None for r in return_alias)
-    )
-    side = (
-        bool(writes)
-        or schema.is_mutable
-        or op in _REGISTERED_SIDE_EFFECTS
-        or op.overloadpacket in _REGISTERED_SIDE_EFFECTS
-        or op in torch.fx.node._side_effectful_functions
-        or _torch_says_impure(op)
-    )
-    return _OpInfo(
-        writes=writes,
-        return_alias=tuple(return_alias),
-        multi_output=multi and not is_view,
-        view_of_first=bool(is_view),
-        side_effect=side,
-    )
-
-
-def _aliased_argument(args: Any, sets: set[str]) -> tuple[int, str] | None:
-    """The argument a return aliases.  ``Tensor(a)[]`` returns carry their alias set on the
-    element type, which the schema object does not expose: they alias the annotated input."""
-    annotated = [(i, a) for i, a in enumerate(args) if a.alias_info is not None]
-    for i, a in annotated:
-        if sets & set(a.alias_info.before_set):
-            return (i, a.name)
-    if not sets and annotated:
-        return (annotated[0][0], annotated[0][1].name)
-    return None
-
-
-def _callable_info(fn: Any) -> _OpInfo:
-    name = getattr(fn, "__name__", "")
-    writes: tuple[tuple[int, str], ...] = ()
-    registered = _REGISTERED_MUTATIONS.get(fn)
-    if registered:
-        params = _argument_names(fn) or []
-        writes = tuple((params.index(n), n) for n in registered if n in params)
-    elif fn in _INPLACE_OPERATORS or (
-        name.endswith("_") and not name.startswith("_") and hasattr(torch.Tensor, name)
-    ):
-        writes = ((0, "self"),)
-    view = (
-        not writes
-        and name in _VIEW_NAMES
-        and (
-            getattr(fn, "__module__", None) in ("torch", "torch.functional")
-            or getattr(torch.Tensor, name, None) is fn
-        )
-    )
-    side = (
-        bool(writes)
-        or fn in _REGISTERED_SIDE_EFFECTS
-        or fn in torch.fx.node._side_effectful_functions
-        or _torch_says_impure(fn)
-    )
-    return _OpInfo(writes=writes, view_of_first=view, side_effect=side)
-
-
-def _torch_says_impure(target: Any) -> bool:
-    """torch.fx's own purity rule (mutable schema, effectful or random ops), per target."""
-    try:
-        return bool(torch._library.utils.is_impure(target))
-    except Exception:  # a target torch cannot classify: rely on our own rules
-        return False
-
-
-def _method_info(name: str) -> _OpInfo:
-    inplace = name.endswith("_") and not name.startswith("_")
-    return _OpInfo(
-        writes=((0, "self"),) if inplace else (),
-        view_of_first=name in _VIEW_NAMES,
-        side_effect=inplace,
-    )
+#: The ``node.meta`` key that says which placeholders are one storage.
+STORAGE_META = "msched_storage"
 
 
 def _op_info(node: Node) -> _OpInfo | None:
+    """The facts of ``node``'s target, before node-specific refinements (``inplace=``)."""
     if node.op == "call_function":
-        return _OP_INFO_CACHE.get(node.target) or _function_info(node.target)
-    if node.op != "call_method":
-        return None
-    key = ("method", node.target)
-    info = _OP_INFO_CACHE.get(key)
-    if info is None:
-        info = _OP_INFO_CACHE[key] = _method_info(str(node.target))
-    return info
+        if node.target is builtins.getattr and len(node.args) > 1:
+            return getattr_info(node.args[1])
+        return _OP_INFO_CACHE.get(node.target) or function_info(node.target)
+    if node.op == "call_method":
+        return method_info(str(node.target))
+    if node.op == "call_module":
+        owner = node.graph.owning_module
+        try:
+            module = owner.get_submodule(str(node.target)) if owner is not None else None
+        except AttributeError:
+            module = None
+        return module_info(module) if module is not None else UNKNOWN
+    return None
 
 
-def _function_info(target: Any) -> _OpInfo:
-    """What a ``call_function`` target does (cached per target)."""
-    info = _OP_INFO_CACHE.get(target)
-    if info is None:
-        if isinstance(target, _OpOverload):
-            info = _overload_info(target)
-        elif isinstance(target, _OpOverloadPacket):
-            info = _overload_info(_resolve_packet(target))
-        else:
-            info = _callable_info(target)
-        _OP_INFO_CACHE[target] = info
-    return info
-
-
-def _resolve_packet(packet: Any) -> Any:
-    names = packet.overloads()
-    return getattr(packet, "default" if "default" in names else names[0])
+def _node_info(node: Node, info: _OpInfo) -> _OpInfo:
+    """``info`` refined by the node's arguments: ``inplace=True`` makes a call write."""
+    param = info.inplace_param
+    if param is None:
+        return info
+    value = _argument(node, *param)
+    if value is None or value is False:
+        return info
+    return inplace_variant(info)  # True, or a value only known at run time: assume in place
 
 
 def _argument(node: Node, position: int, name: str) -> Any:
-    if position < len(node.args):
+    if 0 <= position < len(node.args):
         return node.args[position]
     return node.kwargs.get(name)
 
@@ -273,6 +113,9 @@ def _nodes_in(value: Any) -> Iterable[Node]:
     elif isinstance(value, (list, tuple)):
         for v in value:
             yield from _nodes_in(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _nodes_in(v)
 
 
 @dataclass(frozen=True)
@@ -280,51 +123,264 @@ class Effects:
     """Per-node storage effects of one graph.
 
     ``root[n]`` is the storage ``n``'s value lives in; ``reads[n]`` / ``writes[n]`` are the
-    storages ``n`` reads / writes (roots, deduplicated, in argument order); ``side_effects``
-    holds the nodes that must run even if nothing uses their value.
+    storages ``n`` reads / writes (roots, deduplicated, in argument order, with the storages
+    they may alias); ``side_effects`` holds the nodes that must run even if nothing uses their
+    value; ``world`` the nodes that touch state outside the graph's tensors (random numbers,
+    code msched knows nothing about), which keep their relative order.
     """
 
     root: dict[Node, Node]
     reads: dict[Node, tuple[Node, ...]]
     writes: dict[Node, tuple[Node, ...]]
     side_effects: frozenset[Node]
+    world: frozenset[Node] = field(default_factory=frozenset)
+
+
+class _Walk:
+    """The state of one pass over a graph in program order."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.root: dict[Node, Node] = {}
+        self.reads: dict[Node, tuple[Node, ...]] = {}
+        self.writes: dict[Node, tuple[Node, ...]] = {}
+        self.side: list[Node] = []
+        self.world: list[Node] = []
+        # storage root -> every storage an access to it touches (itself first); only for the
+        # storages that may alias others
+        self.aliases: dict[Node, tuple[Node, ...]] = {}
+        self.inputs = _InputStorages(graph)
+        self.input_root = self.inputs.root
+
+    def expand(self, roots: Iterable[Node]) -> tuple[Node, ...]:
+        aliases = self.aliases
+        if not aliases:
+            return tuple(dict.fromkeys(roots))
+        return tuple(dict.fromkeys(s for r in roots for s in aliases.get(r, (r,))))
+
+    def input_roots(self, node: Node) -> tuple[Node, ...]:
+        """The storages of ``node``'s inputs, deduplicated, in argument order."""
+        inputs = node._input_nodes  # torch.fx's own dict of a node's inputs
+        root = self.root
+        if len(inputs) == 1 and not self.aliases:
+            return (root[next(iter(inputs))],)
+        return self.expand([root[i] for i in inputs])
+
+    def visit(self, node: Node, info: _OpInfo) -> None:
+        """Record the effects of one call node."""
+        info = _node_info(node, info)
+        if info.unknown:
+            self._unknown(node)
+        else:
+            self.root[node] = self._root_of(node, info)
+            self.reads[node] = () if info.view_of_first else self.input_roots(node)
+            if node.op == "call_module":
+                self.reads[node] += self.expand(self.inputs.module_state(node))
+            written = self._written(node, info) if info.writes else ()
+            self.writes[node] = written
+            if info.maybe_alias and node.args and isinstance(node.args[0], Node):
+                self._alias(node, (self.root[node.args[0]],))
+            if written and info.multi_output:  # out= tensors come back through getitem
+                self._alias(node, written)
+            if _is_storage_swap(node):
+                self._swap(node)
+        if self.writes[node] or info.side_effect or _is_impure(node):
+            self.side.append(node)
+        if info.world:
+            self.world.append(node)
+
+    def _unknown(self, node: Node) -> None:
+        """Reads and writes all it receives (and its module's state); may return an alias."""
+        touched = self.input_roots(node) + self._module_state(node)
+        self.root[node] = node
+        self.reads[node] = touched
+        self.writes[node] = touched
+        self._alias(node, touched)
+
+    def _module_state(self, node: Node) -> tuple[Node, ...]:
+        if node.op != "call_module":
+            return ()
+        return self.expand(self.inputs.module_state(node))
+
+    def _alias(self, node: Node, storages: Iterable[Node]) -> None:
+        own = self.root[node]
+        self.aliases[own] = self.expand((own, *storages))
+
+    def _swap(self, node: Node) -> None:
+        """``a.set_(b)``: from here on an access to ``a`` is an access to ``b`` too."""
+        targets = [self.root[n] for n in node.all_input_nodes]
+        if len(targets) > 1:
+            self.aliases[targets[0]] = self.expand(targets)
+
+    def _written(self, node: Node, info: _OpInfo) -> tuple[Node, ...]:
+        root = self.root
+        targets = [
+            root[n] for pos, name in info.writes for n in _nodes_in(_argument(node, pos, name))
+        ]
+        if not targets and info.writes and node.op == "call_function" and _positional_self(info):
+            targets = [root[n] for n in _nodes_in(node.kwargs.get("input"))]
+        return self.expand(targets)
+
+    def _root_of(self, node: Node, info: _OpInfo) -> Node:
+        root = self.root
+        if node.op == "call_function" and node.target is operator.getitem:
+            return self._getitem_root(node)
+        if not node.args and not node.kwargs:
+            return node
+        if info.returns_written:
+            for pos, name in info.writes:
+                for value in _nodes_in(_argument(node, pos, name)):
+                    return root[value]
+        first = node.args[0] if node.args else None
+        if info.view_of_first and isinstance(first, Node):
+            return root[first]
+        if len(info.return_alias) == 1 and info.return_alias[0] is not None:
+            value = _argument(node, *info.return_alias[0])
+            if isinstance(value, Node):
+                return root[value]
+        return node
+
+    def _getitem_root(self, node: Node) -> Node:
+        parent, index = node.args[0], node.args[1]
+        if not isinstance(parent, Node):
+            return node
+        info = _op_info(parent)
+        if info is not None and info.multi_output and not self.writes.get(parent):
+            if isinstance(index, int) and 0 <= index < len(info.return_alias):
+                alias = info.return_alias[index]
+                if alias is not None:
+                    value = _argument(parent, *alias)
+                    if isinstance(value, Node):
+                        return self.root[value]
+            return node
+        # An element of a tuple of views, or an index/slice of a tensor: same storage as parent.
+        return self.root[parent]
+
+
+def _positional_self(info: _OpInfo) -> bool:
+    positions = [pos for pos, _ in info.writes]
+    return 0 in positions and KEYWORD_ONLY not in positions
+
+
+def _is_storage_swap(node: Node) -> bool:
+    target = node.target
+    if node.op == "call_method":
+        return target == "set_"
+    return isinstance(target, _OpOverload) and target._schema.name in _STORAGE_SWAPS
+
+
+class _InputStorages:
+    """The storage of every placeholder, ``get_attr`` and module state of one graph.
+
+    One storage per ``meta["msched_storage"]`` label, and one per tensor storage of the owning
+    module (so tied attributes and views of one buffer are one storage), or per attribute
+    name when the module holds no real tensors.  Module state that no ``get_attr`` names gets
+    a node of its own, outside the graph, named after the attribute.
+    """
+
+    def __init__(self, graph: Graph) -> None:
+        self.by_key: dict[Any, Node] = {}
+        self.root: dict[Node, Node] = {}
+        self.state: dict[str, tuple[Node, ...]] = {}
+        for node in graph.nodes:
+            if node.op not in _INPUT_OPS:
+                continue
+            owner = node.graph.owning_module  # ``graph`` may be a list of another graph's nodes
+            label = node.meta.get(STORAGE_META)
+            if label is not None:
+                key: Any = ("label", label)
+            elif node.op == "get_attr":
+                key = _attribute_key(owner, str(node.target))
+            else:
+                key = ("node", node)
+            self.root[node] = self.by_key.setdefault(key, node)
+
+    def module_state(self, node: Node) -> tuple[Node, ...]:
+        """The storages of the parameters and buffers of the module ``node`` calls."""
+        target = str(node.target)
+        found = self.state.get(target)
+        if found is None:
+            found = self.state[target] = self._collect_state(node, target)
+        return found
+
+    def _collect_state(self, node: Node, target: str) -> tuple[Node, ...]:
+        owner = node.graph.owning_module
+        try:
+            module = owner.get_submodule(target) if owner is not None else None
+        except AttributeError:
+            module = None
+        if module is None:
+            return ()
+        roots = []
+        tensors = [
+            *module.named_parameters(prefix=target, remove_duplicate=False),
+            *module.named_buffers(prefix=target, remove_duplicate=False),
+        ]
+        for name, tensor in tensors:
+            key = _tensor_key(tensor, name)
+            if key not in self.by_key:  # state the graph never names: a node of its own
+                self.by_key[key] = Node(node.graph, name, "get_attr", name, (), {})
+            roots.append(self.by_key[key])
+        return tuple(dict.fromkeys(roots))
+
+
+def _attribute_key(owner: Any, target: str) -> Any:
+    """The storage an attribute of ``owner`` lives in, or its name when that is unknown."""
+    value = owner
+    try:
+        for atom in target.split("."):
+            value = getattr(value, atom)
+    except AttributeError:
+        return ("attribute", target)
+    return _tensor_key(value, target)
+
+
+def _tensor_key(value: Any, name: str) -> Any:
+    """Equal for two tensors of one storage (real tensors) or one tensor object (others)."""
+    if not isinstance(value, torch.Tensor):
+        return ("attribute", name)
+    try:
+        if value.device.type != "meta":
+            pointer = value.untyped_storage().data_ptr()
+            if pointer:
+                return ("storage", str(value.device), pointer)
+    except Exception:  # fake or lazy tensors have no storage to compare: the object is the key
+        pass
+    return ("object", id(value))
 
 
 def compute_effects(graph: Graph) -> Effects:
     """Compute `Effects` for every node of ``graph`` in one pass in program order."""
-    root: dict[Node, Node] = {}
-    reads: dict[Node, tuple[Node, ...]] = {}
-    writes: dict[Node, tuple[Node, ...]] = {}
-    side: list[Node] = []
-    cache, getitem = _OP_INFO_CACHE, operator.getitem
+    walk = _Walk(graph)
+    root, reads, writes = walk.root, walk.reads, walk.writes
+    cache, getitem, input_root = _OP_INFO_CACHE, operator.getitem, walk.input_root
     try:
         for node in graph.nodes:
             op = node.op
             info: _OpInfo | None
             if op == "call_function" and node.target is not getitem:
-                info = cache.get(node.target) or _function_info(node.target)
+                info = cache.get(node.target) or _op_info(node)  # getattr: per attribute
+                assert info is not None
                 if info.plain:  # the common case: fresh storage, reads its inputs
                     root[node] = node
-                    reads[node] = _input_roots(node, root)
+                    reads[node] = walk.input_roots(node)
                     writes[node] = ()
                     continue
             elif op in _INPUT_OPS:
-                root[node], reads[node], writes[node] = node, (), ()
+                root[node], reads[node], writes[node] = input_root[node], (), ()
+                continue
+            elif op == "output":
+                root[node], reads[node], writes[node] = node, walk.input_roots(node), ()
                 continue
             else:
                 info = _op_info(node)
-            root[node] = _root_of(node, info, root)
-            reads[node] = _reads(node, info, root)
-            written = _writes(node, info, root) if info is not None and info.writes else ()
-            writes[node] = written
-            if written or (info is not None and info.side_effect) or _is_impure(node):
-                side.append(node)
+            assert info is not None
+            walk.visit(node, info)
     except KeyError as missing:  # an input not seen yet: say which, or it is our own bug
         problem = _undefined_input(graph)
         if problem is None:
             raise
         raise InvalidGraphError(problem) from missing
-    return Effects(root, reads, writes, frozenset(side))
+    return Effects(root, reads, writes, frozenset(walk.side), frozenset(walk.world))
 
 
 def _undefined_input(graph: Graph) -> str | None:
@@ -349,25 +405,6 @@ def _undefined_input(graph: Graph) -> str | None:
 _INPUT_OPS = ("placeholder", "get_attr")
 
 
-def _reads(node: Node, info: _OpInfo | None, root: dict[Node, Node]) -> tuple[Node, ...]:
-    if info is not None and info.view_of_first:
-        return ()
-    return _input_roots(node, root)
-
-
-def _input_roots(node: Node, root: dict[Node, Node]) -> tuple[Node, ...]:
-    """The storages of ``node``'s inputs, deduplicated, in argument order."""
-    inputs = node._input_nodes  # torch.fx's own dict of a node's inputs
-    if len(inputs) == 1:
-        return (root[next(iter(inputs))],)
-    return tuple(dict.fromkeys([root[i] for i in inputs]))
-
-
-def _writes(node: Node, info: _OpInfo, root: dict[Node, Node]) -> tuple[Node, ...]:
-    targets = [root[n] for pos, name in info.writes for n in _nodes_in(_argument(node, pos, name))]
-    return tuple(dict.fromkeys(targets))
-
-
 def _is_impure(node: Node) -> bool:
     if node.op != "call_module":
         return False
@@ -375,39 +412,6 @@ def _is_impure(node: Node) -> bool:
         return bool(node.is_impure())
     except Exception:  # a submodule fx cannot inspect: assume it is pure, like DCE does
         return False
-
-
-def _root_of(node: Node, info: _OpInfo | None, root: dict[Node, Node]) -> Node:
-    if node.op == "call_function" and node.target is operator.getitem:
-        return _getitem_root(node, root)
-    if info is None or not node.args:
-        return node
-    first = node.args[0]
-    if info.view_of_first and isinstance(first, Node):
-        return root[first]
-    if len(info.return_alias) == 1 and info.return_alias[0] is not None:
-        pos, name = info.return_alias[0]
-        value = _argument(node, pos, name)
-        if isinstance(value, Node):
-            return root[value]
-    return node
-
-
-def _getitem_root(node: Node, root: dict[Node, Node]) -> Node:
-    parent, index = node.args[0], node.args[1]
-    if not isinstance(parent, Node):
-        return node
-    info = _op_info(parent)
-    if info is not None and info.multi_output:
-        if isinstance(index, int) and 0 <= index < len(info.return_alias):
-            alias = info.return_alias[index]
-            if alias is not None:
-                value = _argument(parent, *alias)
-                if isinstance(value, Node):
-                    return root[value]
-        return node
-    # An element of a tuple of views, or an index/slice of a tensor: same storage as parent.
-    return root[parent]
 
 
 def produces_tensor(node: Node) -> bool:
@@ -418,7 +422,7 @@ def produces_tensor(node: Node) -> bool:
     if node.op == "call_function":
         target = node.target
         if isinstance(target, _OpOverloadPacket):
-            target = _resolve_packet(target)
+            target = _default_overload(target)
         if isinstance(target, _OpOverload):
             rets = target._schema.returns
             return len(rets) == 1 and str(rets[0].type) == "Tensor"
@@ -434,6 +438,11 @@ _NON_TENSOR_METHODS = frozenset(
     {"size", "dim", "numel", "item", "tolist", "stride", "split", "chunk", "unbind",
      "tensor_split", "split_with_sizes", "__len__", "data_ptr", "element_size"}
 )  # fmt: skip
+
+
+def _default_overload(packet: Any) -> Any:
+    names = packet.overloads()
+    return getattr(packet, "default" if "default" in names else names[0])
 
 
 def _getitem_is_tensor(node: Node) -> bool:

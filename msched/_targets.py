@@ -1,0 +1,587 @@
+"""What a call target does to the tensors it receives: the facts behind `msched.effects`.
+
+One `_OpInfo` per target (cached), derived from what can be known and nothing else:
+
+- ``OpOverload``: its schema, exactly (``Tensor(a!)`` arguments are written, ``Tensor(a)``
+  returns alias the argument with the same alias set);
+- ``OpOverloadPacket`` and torch-level functions (``torch.mul``, ``torch._C._nn.linear``, …):
+  the union over the aten schemas ``torch.fx.operator_schemas`` finds for them, so ``out=`` is a
+  write and a view op is a view whichever overload runs;
+- ``torch.Tensor`` methods (``call_method``): the schemas of the aten op of the same name;
+- ``torch.nn.functional`` functions and ``torch.nn`` modules on an allowlist of pure ones, with
+  ``inplace=True`` (argument or module attribute) honoured; dropout-like ones are random;
+- registrations: `register_mutation`, `register_side_effect`, `register_pure`.
+
+**Sound by default**: anything else is *unknown* and assumed to read and write every tensor it
+receives, to return a possible alias of them, and to touch state outside the graph (so unknown
+calls keep their relative order).  A blind spot here would be a false "ok" of `msched.verify`,
+which shares this analysis.
+"""
+
+from __future__ import annotations
+
+import builtins
+import inspect
+import math
+import operator
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.fx.operator_schemas import get_signature_for_torch_op
+
+from msched.errors import InvalidArgumentError
+
+_OpOverload = torch._ops.OpOverload
+_OpOverloadPacket = torch._ops.OpOverloadPacket
+_HigherOrderOperator = torch._ops.HigherOrderOperator
+
+# A written argument that can only be passed by keyword (``out=``) has this position.
+KEYWORD_ONLY = -1
+
+# target -> argument names that it writes, for ops whose schema does not say so.
+_REGISTERED_MUTATIONS: dict[Any, tuple[str, ...]] = {}
+# targets (ops, functions, module types or instances) with effects outside the graph's tensors.
+_REGISTERED_SIDE_EFFECTS: set[Any] = set()
+# targets declared pure: read their inputs, write nothing, return fresh storage.
+_REGISTERED_PURE: set[Any] = set()
+
+
+@dataclass(frozen=True)
+class _OpInfo:
+    """What a call target does, independent of the node."""
+
+    # (position, name) of arguments it may write; position KEYWORD_ONLY: by keyword only
+    writes: tuple[tuple[int, str], ...] = ()
+    # exact schemas: return index -> (position, name) of the argument it aliases, or None
+    return_alias: tuple[tuple[int, str] | None, ...] = ()
+    multi_output: bool = False
+    # the result is a view of the first argument (reads nothing itself)
+    view_of_first: bool = False
+    # the result aliases the written argument the node passes (in-place and out= calls)
+    returns_written: bool = False
+    # the result has storage of its own that may also be its first input's (``x.float()``)
+    maybe_alias: bool = False
+    # nothing is known: reads and writes every tensor it receives, result may alias them
+    unknown: bool = False
+    # touches state outside the graph's tensors (RNG, unknown code): keeps its order
+    world: bool = False
+    side_effect: bool = False
+    # ``inplace`` parameter (position, name): a truthy value makes it write its first input
+    inplace_param: tuple[int, str] | None = None
+    # derived: fresh storage, no writes, no side effect (reads its inputs and nothing more)
+    plain: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        single_alias = len(self.return_alias) == 1 and self.return_alias[0] is not None
+        special = (
+            self.writes
+            or self.view_of_first
+            or self.side_effect
+            or single_alias
+            or self.maybe_alias
+            or self.unknown
+            or self.world
+            or self.inplace_param is not None
+        )
+        object.__setattr__(self, "plain", not special)
+
+
+PLAIN = _OpInfo()
+UNKNOWN = _OpInfo(unknown=True, world=True, side_effect=True)
+_VIEW = _OpInfo(view_of_first=True)
+_MAYBE_ALIAS = _OpInfo(maybe_alias=True)
+_WRITES_FIRST = _OpInfo(writes=((0, "self"),), returns_written=True, side_effect=True)
+
+_INPLACE_OPERATORS = frozenset(
+    {
+        operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
+        operator.ifloordiv, operator.imod, operator.ipow, operator.iand, operator.ior,
+        operator.ixor, operator.ilshift, operator.irshift, operator.imatmul,
+    }
+)  # fmt: skip
+
+# Python functions that read their arguments and return a new value (tensor operators call
+# the non-in-place dunder methods of torch.Tensor).
+_PURE_PYTHON = frozenset(
+    {
+        operator.getitem, operator.add, operator.sub, operator.mul, operator.truediv,
+        operator.floordiv, operator.mod, operator.pow, operator.neg, operator.pos,
+        operator.abs, operator.invert,
+        operator.matmul, operator.eq, operator.ne, operator.lt, operator.le, operator.gt,
+        operator.ge, operator.and_, operator.or_, operator.xor, operator.not_,
+        operator.lshift, operator.rshift, operator.truth, operator.contains, operator.index,
+        builtins.len, builtins.int, builtins.float, builtins.bool, builtins.abs, builtins.min,
+        builtins.max, builtins.isinstance, math.sqrt, math.ceil, math.floor, math.prod,
+        math.log, math.exp,
+    }
+)  # fmt: skip
+
+# True views: the result always shares its first input's storage.
+_VIEW_NAMES = frozenset(
+    {
+        "view", "view_as", "t", "transpose", "permute", "expand", "expand_as", "narrow",
+        "select", "unsqueeze", "squeeze", "as_strided", "unfold", "diagonal", "split",
+        "split_with_sizes", "chunk", "unbind", "detach", "movedim", "moveaxis", "swapaxes",
+        "swapdims", "alias", "real", "imag", "view_as_real", "view_as_complex", "__getitem__",
+        "tensor_split", "hsplit", "vsplit", "dsplit", "broadcast_to", "T", "mT", "H", "mH",
+        "data", "adjoint", "positive",
+    }
+)  # fmt: skip
+
+# May return their input itself (or a view of it) or a new tensor, depending on dtype, device,
+# layout or strides: their result is its own storage that may also be the input's.
+_MAYBE_ALIAS_NAMES = frozenset(
+    {
+        "reshape", "reshape_as", "contiguous", "flatten", "unflatten", "ravel", "to", "type",
+        "type_as", "float", "double", "half", "bfloat16", "int", "long", "short", "char",
+        "byte", "bool", "cfloat", "cdouble", "cpu", "cuda", "clone_if_needed",
+    }
+)  # fmt: skip
+
+# Methods and attributes whose value is not tensor data (they read at most metadata).
+_NON_TENSOR_NAMES = frozenset(
+    {
+        "size", "dim", "numel", "item", "tolist", "stride", "data_ptr", "element_size",
+        "__len__", "is_contiguous", "is_floating_point", "is_complex", "get_device",
+        "nelement", "ndimension", "storage_offset", "shape", "dtype", "device", "ndim",
+        "is_cuda", "layout", "requires_grad", "is_leaf", "names", "itemsize", "nbytes",
+        "__bool__", "__index__", "__int__", "__float__",
+    }
+)  # fmt: skip
+
+# Tensor operator methods that return a new tensor.
+_PURE_DUNDERS = frozenset(
+    {
+        "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+        "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__",
+        "__rpow__", "__matmul__", "__rmatmul__", "__neg__", "__pos__", "__abs__",
+        "__invert__", "__and__", "__rand__", "__or__", "__ror__", "__xor__", "__rxor__",
+        "__lshift__", "__rshift__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
+    }
+)  # fmt: skip
+
+# In-place operator methods: write ``self`` and return it.
+_INPLACE_DUNDERS = frozenset(
+    {
+        "__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
+        "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__",
+        "__irshift__", "__imatmul__",
+    }
+)  # fmt: skip
+
+# torch.nn.functional functions that read their inputs and return new tensors (with
+# ``inplace=True`` where they have it, they write their first input instead).
+_PURE_FUNCTIONAL = frozenset(
+    {
+        "relu", "relu6", "elu", "selu", "celu", "leaky_relu", "hardtanh", "hardswish",
+        "hardsigmoid", "silu", "mish", "gelu", "softmax", "log_softmax", "softmin",
+        "softplus", "softsign", "tanh", "sigmoid", "logsigmoid", "tanhshrink", "hardshrink",
+        "softshrink", "glu", "threshold", "layer_norm", "group_norm", "rms_norm",
+        "local_response_norm", "normalize", "linear", "bilinear", "pad", "interpolate",
+        "scaled_dot_product_attention", "one_hot", "cosine_similarity", "pairwise_distance",
+        "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+        "conv_transpose3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "max_pool1d",
+        "max_pool2d", "max_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d",
+        "adaptive_max_pool1d", "adaptive_max_pool2d", "cross_entropy", "nll_loss",
+        "mse_loss", "l1_loss", "smooth_l1_loss", "binary_cross_entropy",
+        "binary_cross_entropy_with_logits", "kl_div", "prelu", "pixel_shuffle",
+        "pixel_unshuffle", "grid_sample", "affine_grid", "unfold", "fold",
+    }
+)  # fmt: skip
+# torch.nn.functional functions that draw random numbers (they advance the RNG state).
+_RANDOM_FUNCTIONAL = frozenset(
+    {
+        "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+        "feature_alpha_dropout", "rrelu", "gumbel_softmax", "fractional_max_pool2d",
+        "fractional_max_pool3d",
+    }
+)  # fmt: skip
+
+# Module types whose forward reads its inputs and parameters and returns new tensors (exact
+# types: a subclass may override forward).  ``inplace`` attributes are honoured.
+_PURE_MODULES: frozenset[type] = frozenset(
+    {
+        nn.Linear, nn.Bilinear, nn.LayerNorm, nn.GroupNorm, nn.RMSNorm, nn.LocalResponseNorm,
+        nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d,
+        nn.ConvTranspose3d, nn.ReLU, nn.ReLU6, nn.GELU, nn.SiLU, nn.Mish, nn.Tanh,
+        nn.Sigmoid, nn.Softmax, nn.LogSoftmax, nn.Softmin, nn.Softplus, nn.Softsign,
+        nn.LeakyReLU, nn.ELU, nn.SELU, nn.CELU, nn.Hardtanh, nn.Hardswish, nn.Hardsigmoid,
+        nn.PReLU, nn.GLU, nn.Threshold, nn.Tanhshrink, nn.LogSigmoid, nn.Hardshrink,
+        nn.Softshrink, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d, nn.MaxPool1d, nn.MaxPool2d,
+        nn.MaxPool3d, nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool1d,
+        nn.AdaptiveMaxPool2d, nn.Upsample, nn.PixelShuffle, nn.PixelUnshuffle,
+        nn.ZeroPad2d, nn.ConstantPad1d, nn.ConstantPad2d, nn.ConstantPad3d,
+        nn.CosineSimilarity, nn.PairwiseDistance, nn.CrossEntropyLoss, nn.MSELoss,
+        nn.L1Loss,
+    }
+)  # fmt: skip
+_RANDOM_MODULES: frozenset[type] = frozenset(
+    {
+        nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
+        nn.FeatureAlphaDropout, nn.RReLU,
+    }
+)  # fmt: skip
+_VIEW_MODULES: frozenset[type] = frozenset({nn.Identity})
+_MAYBE_ALIAS_MODULES: frozenset[type] = frozenset({nn.Flatten, nn.Unflatten})
+_BATCH_NORMS: frozenset[type] = frozenset({nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d})
+
+# aten ops whose schema hides that the result is a view of the input.
+_UNANNOTATED_VIEWS = frozenset({"aten::_unsafe_view"})
+# aten ops after which the first argument shares the storage of the second.
+_STORAGE_SWAPS = frozenset({"aten::set_"})
+
+
+def _is_target(op: Any) -> bool:
+    """Whether ``op`` can be the target of a node: an op, a callable or a module."""
+    if isinstance(op, (_OpOverload, _OpOverloadPacket, _HigherOrderOperator, nn.Module)):
+        return True
+    if isinstance(op, type):
+        return issubclass(op, nn.Module)
+    return callable(op)
+
+
+def _check_target(function: str, op: Any) -> None:
+    if not _is_target(op):
+        raise InvalidArgumentError(
+            f"{function}: {op!r} is not an op, a function or an nn.Module (type or instance); "
+            "pass the target of a node, for example torch.ops.mylib.my_op or my_function"
+        )
+    try:
+        hash(op)
+    except TypeError:
+        raise InvalidArgumentError(f"{function}: {op!r} is not hashable") from None
+
+
+def register_mutation(op: Any, *arg_names: str) -> None:
+    """Declare that ``op`` writes the arguments named ``arg_names``.
+
+    For ops whose schema does not mark the mutation (``Tensor(a!)``), for example Python
+    functions called through ``call_function`` or custom ops defined without ``mutates_args``.
+    Registering an ``OpOverloadPacket`` covers all of its overloads.
+    """
+    _check_target("register_mutation", op)
+    if not arg_names:
+        raise InvalidArgumentError(f"register_mutation({op!r}) needs at least one argument name")
+    bad = [n for n in arg_names if not isinstance(n, str)]
+    if bad:
+        raise InvalidArgumentError(f"register_mutation: argument names must be str, got {bad!r}")
+    names = _argument_names(op)
+    unknown = [n for n in arg_names if names is not None and n not in names]
+    if unknown:
+        raise InvalidArgumentError(
+            f"register_mutation: {op!r} has no argument named {', '.join(unknown)}; "
+            f"its arguments are {', '.join(names or ())}"
+        )
+    _REGISTERED_MUTATIONS[op] = tuple(arg_names)
+    _OP_INFO_CACHE.clear()
+
+
+def register_side_effect(op: Any) -> None:
+    """Declare that ``op`` has an effect outside the graph's tensors: never reordered away.
+
+    ``op`` is an op, a function, or an ``nn.Module`` subclass or instance (``call_module``).
+    """
+    _check_target("register_side_effect", op)
+    _REGISTERED_SIDE_EFFECTS.add(op)
+    _OP_INFO_CACHE.clear()
+
+
+def register_pure(op: Any) -> None:
+    """Declare that ``op`` reads its inputs, writes nothing and returns fresh tensors.
+
+    msched assumes that a function, method or module it knows nothing about reads and writes
+    every tensor it receives; this makes such a target as precise as a plain aten op.  ``op``
+    is an op, a function, or an ``nn.Module`` subclass (its exact type) or instance.
+    """
+    _check_target("register_pure", op)
+    _REGISTERED_PURE.add(op)
+    _OP_INFO_CACHE.clear()
+
+
+def _argument_names(op: Any) -> list[str] | None:
+    if isinstance(op, _OpOverload):
+        return [a.name for a in op._schema.arguments]
+    if isinstance(op, _OpOverloadPacket):
+        return sorted({a.name for o in op.overloads() for a in getattr(op, o)._schema.arguments})
+    try:
+        return list(inspect.signature(op).parameters)
+    except (TypeError, ValueError):
+        return None
+
+
+_OP_INFO_CACHE: dict[Any, _OpInfo] = {}
+
+
+def _is_random(op: Any) -> bool:
+    return torch.Tag.nondeterministic_seeded in getattr(op, "tags", ())
+
+
+def overload_info(op: Any) -> _OpInfo:
+    """The exact facts of one ``OpOverload``, from its schema and the registrations."""
+    schema = op._schema
+    args = schema.arguments
+    writes = tuple((i, a.name) for i, a in enumerate(args) if _is_written(a))
+    registered = _REGISTERED_MUTATIONS.get(op) or _REGISTERED_MUTATIONS.get(op.overloadpacket)
+    if registered:
+        writes += tuple((i, a.name) for i, a in enumerate(args) if a.name in registered)
+    if op in _REGISTERED_PURE or op.overloadpacket in _REGISTERED_PURE:
+        return PLAIN
+    return_alias = [_return_alias(args, r) for r in schema.returns]
+    if schema.name in _UNANNOTATED_VIEWS:
+        return_alias = [(0, args[0].name)]
+    multi = len(schema.returns) > 1 or (
+        len(schema.returns) == 1 and str(schema.returns[0].type).endswith("[]")
+    )
+    is_view = bool(schema.returns) and not writes and all(r is not None for r in return_alias)
+    registered_side = bool({op, op.overloadpacket} & _REGISTERED_SIDE_EFFECTS)
+    side = (
+        bool(writes)
+        or schema.is_mutable
+        or registered_side
+        or op in torch.fx.node._side_effectful_functions
+        or _torch_says_impure(op)
+    )
+    return _OpInfo(
+        writes=writes,
+        return_alias=tuple(return_alias),
+        multi_output=multi and not is_view,
+        view_of_first=is_view,
+        side_effect=side,
+        world=_is_random(op) or registered_side,
+    )
+
+
+def _is_written(argument: Any) -> bool:
+    return argument.alias_info is not None and argument.alias_info.is_write
+
+
+def _return_alias(args: Any, ret: Any) -> tuple[int, str] | None:
+    if ret.alias_info is None:
+        return None
+    return _aliased_argument(args, set(ret.alias_info.before_set))
+
+
+def _aliased_argument(args: Any, sets: set[str]) -> tuple[int, str] | None:
+    """The argument a return aliases.  ``Tensor(a)[]`` returns carry their alias set on the
+    element type, which the schema object does not expose: they alias the annotated input."""
+    annotated = [(i, a) for i, a in enumerate(args) if a.alias_info is not None]
+    for i, a in annotated:
+        if sets & set(a.alias_info.before_set):
+            return (i, a.name)
+    if not sets and annotated:
+        return (annotated[0][0], annotated[0][1].name)
+    return None
+
+
+def schemas_info(schemas: Iterable[Any], random: bool = False) -> _OpInfo:
+    """The facts that hold whichever of ``schemas`` a call binds to (their union).
+
+    An argument written by some overload is written when passed; a view returned by some
+    overload makes the result a view of that argument; an overload returning a written argument
+    makes the result alias it when the node passes it.
+    """
+    writes: dict[tuple[int, str], None] = {}
+    views: dict[tuple[int, str], None] = {}
+    multi = returns_written = False
+    for schema in schemas:
+        args = schema.arguments
+        written = {a.name for a in args if _is_written(a)}
+        for i, a in enumerate(args):
+            if a.name in written:
+                writes[(KEYWORD_ONLY if a.kwarg_only else i, a.name)] = None
+        for ret in schema.returns:
+            alias = _return_alias(args, ret)
+            if alias is not None and alias[1] in written:
+                returns_written = True
+            elif alias is not None:
+                views[alias] = None
+        multi = multi or len(schema.returns) > 1 or str(schema.returns[0].type).endswith("[]")
+    if not writes and len(views) == 1 and next(iter(views))[0] == 0:
+        return _OpInfo(view_of_first=True, world=random, side_effect=random)
+    if views:  # a view of some argument other than the first, or views and writes: be coarse
+        return _OpInfo(writes=tuple(writes), maybe_alias=True, world=random, side_effect=random)
+    return _OpInfo(
+        writes=tuple(writes),
+        returns_written=returns_written,
+        multi_output=multi,
+        return_alias=(None, None) if multi else (),
+        world=random,
+        side_effect=random,
+    )
+
+
+def _torch_says_impure(target: Any) -> bool:
+    """torch.fx's own purity rule (mutable schema, effectful or random ops), per target."""
+    try:
+        return bool(torch._library.utils.is_impure(target))
+    except Exception:  # a target torch cannot classify: rely on our own rules
+        return False
+
+
+def packet_info(packet: Any) -> _OpInfo:
+    """The union of the facts of a packet's overloads (with the registrations)."""
+    overloads = [getattr(packet, name) for name in packet.overloads()]
+    registered = _REGISTERED_MUTATIONS.get(packet)
+    if packet in _REGISTERED_PURE:
+        return PLAIN
+    if len(overloads) == 1 or registered:
+        return overload_info(overloads[0] if len(overloads) == 1 else packet.default)
+    info = schemas_info((o._schema for o in overloads), any(map(_is_random, overloads)))
+    if packet in _REGISTERED_SIDE_EFFECTS:
+        info = replace(info, side_effect=True, world=True)
+    return info
+
+
+def method_info(name: str) -> _OpInfo:
+    """What ``tensor.name(...)`` does (``call_method`` nodes)."""
+    info = _OP_INFO_CACHE.get(("method", name))
+    if info is None:
+        info = _OP_INFO_CACHE[("method", name)] = _derive_method_info(name)
+    return info
+
+
+def _derive_method_info(name: str) -> _OpInfo:
+    if name in _INPLACE_DUNDERS:
+        return _WRITES_FIRST
+    if name in _VIEW_NAMES:
+        return _VIEW
+    if name in _MAYBE_ALIAS_NAMES:
+        return _MAYBE_ALIAS
+    if name in _NON_TENSOR_NAMES or name in _PURE_DUNDERS:
+        return PLAIN
+    packet = _aten_packet(name)
+    if packet is not None:
+        return packet_info(packet)
+    if name.endswith("_") and not name.startswith("_") and hasattr(torch.Tensor, name):
+        return _WRITES_FIRST
+    return UNKNOWN
+
+
+def _aten_packet(name: str) -> Any:
+    try:
+        packet = getattr(torch.ops.aten, name)
+    except (AttributeError, RuntimeError):
+        return None
+    return packet if isinstance(packet, _OpOverloadPacket) else None
+
+
+def function_info(target: Any) -> _OpInfo:
+    """What a ``call_function`` target does (cached per target)."""
+    info = _OP_INFO_CACHE.get(target)
+    if info is None:
+        if isinstance(target, _OpOverload):
+            info = overload_info(target)
+        elif isinstance(target, _OpOverloadPacket):
+            info = packet_info(target)
+        else:
+            info = _callable_info(target)
+        _OP_INFO_CACHE[target] = info
+    return info
+
+
+def _callable_info(fn: Any) -> _OpInfo:
+    registered = _registered_callable_info(fn)
+    if registered is not None:
+        return registered
+    if fn in _INPLACE_OPERATORS:
+        return _WRITES_FIRST
+    if fn in _PURE_PYTHON:
+        return PLAIN
+    name = getattr(fn, "__name__", "")
+    if isinstance(fn, _HigherOrderOperator):
+        if name.startswith("auto_functionalized"):  # functional: fresh outputs
+            return _OpInfo(multi_output=True)
+        return UNKNOWN
+    if getattr(torch.Tensor, name, None) is fn:  # torch.Tensor.add_(x, 1) as a function
+        return method_info(name)
+    schemas = _torch_schemas(fn)
+    if schemas:
+        overloads = [_overload_of(s) for s in schemas]
+        info = schemas_info(schemas, any(_is_random(o) for o in overloads if o is not None))
+        return info if not _torch_says_impure(fn) else replace(info, side_effect=True, world=True)
+    return _functional_info(fn, name)
+
+
+def _registered_callable_info(fn: Any) -> _OpInfo | None:
+    if fn in _REGISTERED_PURE:
+        return PLAIN
+    registered = _REGISTERED_MUTATIONS.get(fn)
+    side = fn in _REGISTERED_SIDE_EFFECTS
+    if registered:
+        params = _argument_names(fn) or []
+        writes = tuple((params.index(n), n) for n in registered if n in params)
+        return _OpInfo(writes=writes, side_effect=True, world=side)
+    if side or (fn in torch.fx.node._side_effectful_functions and fn not in _INPLACE_OPERATORS):
+        return _OpInfo(side_effect=True, world=True)
+    return None
+
+
+def _torch_schemas(fn: Any) -> list[Any]:
+    module = getattr(fn, "__module__", None) or ""
+    if not (module == "torch" or module.startswith("torch.")) and module != "":
+        return []
+    try:
+        found = get_signature_for_torch_op(fn, return_schemas=True)
+    except Exception:  # torch cannot look it up: it is not a torch op
+        return []
+    schemas = found[1] if isinstance(found, tuple) else None
+    return list(schemas or [])
+
+
+def _overload_of(schema: Any) -> Any:
+    namespace, _, name = schema.name.partition("::")
+    try:
+        packet = getattr(getattr(torch.ops, namespace), name)
+        return getattr(packet, schema.overload_name or "default")
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _functional_info(fn: Any, name: str) -> _OpInfo:
+    """torch.nn.functional's Python functions on the allowlist; anything else is unknown."""
+    if getattr(F, name, None) is not fn or name not in _PURE_FUNCTIONAL | _RANDOM_FUNCTIONAL:
+        return UNKNOWN
+    random = name in _RANDOM_FUNCTIONAL
+    params = _argument_names(fn) or []
+    inplace = (params.index("inplace"), "inplace") if "inplace" in params else None
+    return _OpInfo(world=random, side_effect=random, inplace_param=inplace)
+
+
+def inplace_variant(info: _OpInfo) -> _OpInfo:
+    """``info`` of a call that passes ``inplace=True``: it writes its first input."""
+    return replace(info, inplace_param=None, writes=((0, "input"),), returns_written=True,
+                   side_effect=True)  # fmt: skip
+
+
+def getattr_info(attribute: object) -> _OpInfo:
+    """``getattr(tensor, attribute)`` (``x.T``, ``x.shape``, ...)."""
+    if attribute in _VIEW_NAMES:
+        return _VIEW
+    if attribute in _NON_TENSOR_NAMES:
+        return PLAIN
+    return UNKNOWN
+
+
+def module_info(module: nn.Module) -> _OpInfo:
+    """What calling ``module`` does (``call_module``), from its exact type and attributes."""
+    kind = type(module)
+    if module in _REGISTERED_PURE or kind in _REGISTERED_PURE:
+        return PLAIN
+    if module in _REGISTERED_SIDE_EFFECTS or kind in _REGISTERED_SIDE_EFFECTS:
+        return _OpInfo(side_effect=True, world=True)
+    if kind in _VIEW_MODULES:
+        return _VIEW
+    if kind in _MAYBE_ALIAS_MODULES:
+        return _MAYBE_ALIAS
+    if kind in _BATCH_NORMS and not module.training:
+        return PLAIN
+    random = kind in _RANDOM_MODULES
+    if kind not in _PURE_MODULES and not random:
+        return UNKNOWN
+    info = _OpInfo(world=random, side_effect=random)
+    inplace = getattr(module, "inplace", False)
+    return inplace_variant(info) if inplace else info
