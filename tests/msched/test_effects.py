@@ -103,3 +103,184 @@ def test_produces_tensor_distinguishes_tensors_from_tuples_and_ints() -> None:
     module(g)
     assert produces_tensor(mm) and produces_tensor(values)
     assert not produces_tensor(size) and not produces_tensor(sorted_)
+
+
+# --- sound by default -------------------------------------------------------------------------
+
+
+def _by_name(gm: torch.fx.GraphModule) -> dict[str, torch.fx.Node]:
+    return {n.name: n for n in gm.graph.nodes}
+
+
+def _opaque(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a
+
+
+torch.fx.wrap("_opaque")
+
+
+class _CallsOpaque(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        r = _opaque(x, y)
+        r.mul_(2)
+        return r
+
+
+def test_an_unknown_function_reads_and_writes_its_inputs_and_its_result_aliases_them() -> None:
+    gm = torch.fx.symbolic_trace(_CallsOpaque())
+    n = _by_name(gm)
+    eff = compute_effects(gm.graph)
+    assert set(eff.writes[n["_opaque"]]) == {n["x"], n["y"]}
+    assert set(eff.writes[n["mul_"]]) == {n["_opaque"], n["x"], n["y"]}
+    assert n["_opaque"] in eff.world and n["_opaque"] in eff.side_effects
+
+
+def test_register_pure_makes_an_unknown_function_plain() -> None:
+    gm = torch.fx.symbolic_trace(_CallsOpaque())
+    msched.register_pure(_opaque)
+    try:
+        eff = compute_effects(gm.graph)
+    finally:
+        msched.effects._REGISTERED_PURE.discard(_opaque)
+        msched.effects._OP_INFO_CACHE.clear()
+    n = _by_name(gm)
+    assert eff.writes[n["_opaque"]] == () and eff.root[n["_opaque"]] is n["_opaque"]
+    assert eff.writes[n["mul_"]] == (n["_opaque"],)
+
+
+class _Mystery(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+
+class _UsesModules(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.mystery = _Mystery()
+        self.relu = torch.nn.ReLU(inplace=True)
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(self.relu(self.mystery(x)))
+
+
+class _MysteryIsALeaf(torch.fx.Tracer):
+    def is_leaf_module(self, m: torch.nn.Module, qualname: str) -> bool:
+        return isinstance(m, _Mystery) or super().is_leaf_module(m, qualname)
+
+
+@pytest.mark.parametrize("declare", ["type", "instance"])
+def test_modules_unknown_by_default_and_register_pure_accepts_types_and_instances(
+    declare: str,
+) -> None:
+    root = _UsesModules()
+    gm = torch.fx.GraphModule(root, _MysteryIsALeaf().trace(root))
+    n = _by_name(gm)
+    eff = compute_effects(gm.graph)
+    assert eff.writes[n["mystery"]] == (n["x"],)  # unknown module: writes what it receives
+    assert eff.writes[n["relu"]] == (n["mystery"], n["x"])  # inplace=True, through the alias
+    assert eff.writes[n["lin"]] == () and len(eff.reads[n["lin"]]) == 4  # input, alias, w, b
+    target = _Mystery if declare == "type" else root.mystery
+    msched.register_pure(target)
+    try:
+        after = compute_effects(gm.graph)
+    finally:
+        msched.effects._REGISTERED_PURE.discard(target)
+        msched.effects._OP_INFO_CACHE.clear()
+    assert after.writes[n["mystery"]] == () and after.writes[n["relu"]] == (n["mystery"],)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [lambda: msched.register_mutation(123, "x"), lambda: msched.register_side_effect([])],
+)
+def test_registering_something_that_is_no_target_is_an_invalid_argument(call) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(msched.InvalidArgumentError, match="not an op, a function"):
+        call()
+
+
+class _Cache(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("k_cache", torch.zeros(2, 4))
+        self.head = torch.nn.Linear(4, 4, bias=False)
+        self.tail = torch.nn.Linear(4, 4, bias=False)
+        self.tail.weight = self.head.weight  # tied
+
+    def forward(self, k: torch.Tensor) -> torch.Tensor:
+        self.k_cache.copy_(k)
+        return self.k_cache + self.head.weight.sum() + self.tail(k)
+
+
+def test_every_get_attr_of_one_attribute_and_tied_state_are_one_storage() -> None:
+    gm = torch.fx.symbolic_trace(_Cache())
+    n = _by_name(gm)
+    eff = compute_effects(gm.graph)
+    caches = [x for x in gm.graph.nodes if x.op == "get_attr" and x.target == "k_cache"]
+    assert len(caches) == 2 and {eff.root[c] for c in caches} == {caches[0]}
+    weight = next(x for x in gm.graph.nodes if x.op == "get_attr" and x.target == "head.weight")
+    assert weight in eff.reads[n["tail"]]  # the module reads the tied parameter
+    dag = msched.build_dag(gm)
+    assert "raw" in dag.dependencies(n["add"])[n["copy_"]]
+
+
+def test_placeholders_with_one_storage_label_are_one_storage() -> None:
+    g = Graph()
+    base, view = g.placeholder("base"), g.placeholder("view")
+    base.meta["msched_storage"] = view.meta["msched_storage"] = "cache"
+    mm = g.call_function(aten.mm.default, (view, view))
+    mul_ = g.call_function(aten.mul_.Tensor, (base, 0.5))
+    g.output(mm)
+    eff = compute_effects(g)
+    assert eff.root[view] is base
+    assert "war" in msched.build_dag(module(g)).dependencies(mul_)[mm]
+
+
+def _dropout_then_rand(x: torch.Tensor) -> torch.Tensor:
+    a = torch.nn.functional.dropout(x.cos(), 0.5)
+    return a + torch.rand_like(x)
+
+
+def test_random_calls_keep_their_order() -> None:
+    gm = torch.fx.symbolic_trace(_dropout_then_rand)
+    n = _by_name(gm)
+    assert "waw" in msched.build_dag(gm).dependencies(n["rand_like"])[n["dropout"]]
+
+
+@pytest.mark.parametrize(
+    ("method", "alias"), [("float", "maybe"), ("reshape", "maybe"), ("t", "view"), ("add_", "same")]
+)
+def test_methods_that_may_return_self_alias_their_input(method: str, alias: str) -> None:
+    g = Graph()
+    x = g.placeholder("x")
+    args = (x, 1) if method == "add_" else (x, 16) if method == "reshape" else (x,)
+    y = g.call_method(method, args)
+    w = g.call_method("mul_", (y, 2))
+    g.output(None)
+    eff = compute_effects(g)
+    if alias == "maybe":  # its own storage (a fresh block when it copies), also x's
+        assert eff.root[y] is y and eff.writes[w] == (y, x)
+    else:
+        assert eff.root[y] is x and eff.writes[w] == (x,)
+
+
+def test_set_makes_later_accesses_touch_the_source() -> None:
+    g = Graph()
+    x, y = g.placeholder("x"), g.placeholder("y")
+    g.call_function(aten.set_.source_Tensor, (y, x))
+    w = g.call_function(aten.mul_.Tensor, (y, 2))
+    g.output(None)
+    assert set(compute_effects(g).writes[w]) == {x, y}
+
+
+def test_torch_functions_take_effects_from_their_aten_schemas() -> None:
+    g = Graph()
+    x, c = g.placeholder("x"), g.placeholder("c")
+    mul = g.call_function(torch.mul, (x, 3))
+    out = g.call_function(torch.mul, (x, 3), {"out": c})
+    view = g.call_function(torch.moveaxis, (x, 0, 1))
+    g.output((mul, out, view))
+    eff = compute_effects(g)
+    assert eff.writes[mul] == () and eff.root[mul] is mul
+    assert eff.writes[out] == (c,) and eff.root[out] is c
+    assert eff.root[view] is x and eff.reads[view] == ()
