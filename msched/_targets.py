@@ -399,7 +399,8 @@ def schemas_info(schemas: Iterable[Any], random: bool = False) -> _OpInfo:
                 returns_written = True
             elif alias is not None:
                 views[alias] = None
-        multi = multi or len(schema.returns) > 1 or str(schema.returns[0].type).endswith("[]")
+        returns = schema.returns
+        multi = multi or len(returns) > 1 or (bool(returns) and str(returns[0].type).endswith("[]"))
     if not writes and len(views) == 1 and next(iter(views))[0] == 0:
         return _OpInfo(view_of_first=True, world=random, side_effect=random)
     if views:  # a view of some argument other than the first, or views and writes: be coarse

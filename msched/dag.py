@@ -182,7 +182,10 @@ def dependency_edges(
         write = writes[node]
         if write:
             _add_write_edges(node, write, deps, last_write, reads_since)
-        if (node in world_nodes or (not write and node in side_effects)) and node is not output:
+            ordered = node in world_nodes
+        else:
+            ordered = node in side_effects and node is not output
+        if ordered:
             if world is not None:
                 deps[world] = deps.get(world, 0) | WAW
             world = node

@@ -139,7 +139,7 @@ class Effects:
 class _Walk:
     """The state of one pass over a graph in program order."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, by_storage: bool) -> None:
         self.root: dict[Node, Node] = {}
         self.reads: dict[Node, tuple[Node, ...]] = {}
         self.writes: dict[Node, tuple[Node, ...]] = {}
@@ -148,7 +148,7 @@ class _Walk:
         # storage root -> every storage an access to it touches (itself first); only for the
         # storages that may alias others
         self.aliases: dict[Node, tuple[Node, ...]] = {}
-        self.inputs = _InputStorages(graph)
+        self.inputs = _InputStorages(graph, by_storage)
         self.input_root = self.inputs.root
 
     def expand(self, roots: Iterable[Node]) -> tuple[Node, ...]:
@@ -161,9 +161,11 @@ class _Walk:
         """The storages of ``node``'s inputs, deduplicated, in argument order."""
         inputs = node._input_nodes  # torch.fx's own dict of a node's inputs
         root = self.root
-        if len(inputs) == 1 and not self.aliases:
+        if self.aliases:
+            return self.expand([root[i] for i in inputs])
+        if len(inputs) == 1:
             return (root[next(iter(inputs))],)
-        return self.expand([root[i] for i in inputs])
+        return tuple(dict.fromkeys([root[i] for i in inputs]))
 
     def visit(self, node: Node, info: _OpInfo) -> None:
         """Record the effects of one call node."""
@@ -277,21 +279,23 @@ class _InputStorages:
     a node of its own, outside the graph, named after the attribute.
     """
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, by_storage: bool) -> None:
+        """``by_storage``: look attributes up in the owning module (tied attributes are one
+        storage); otherwise an attribute's name is its identity (cheaper, and exact as long
+        as nothing writes an attribute)."""
         self.by_key: dict[Any, Node] = {}
         self.root: dict[Node, Node] = {}
         self.state: dict[str, tuple[Node, ...]] = {}
-        for node in graph.nodes:
-            if node.op not in _INPUT_OPS:
-                continue
-            owner = node.graph.owning_module  # ``graph`` may be a list of another graph's nodes
-            label = node.meta.get(STORAGE_META)
+        for node in _input_nodes(graph):
+            label = node.meta.get(STORAGE_META) if node.meta else None
             if label is not None:
                 key: Any = ("label", label)
-            elif node.op == "get_attr":
-                key = _attribute_key(owner, str(node.target))
+            elif node.op == "placeholder":
+                key = node
+            elif by_storage:  # ``graph`` may be a list of another graph's nodes: ask the node
+                key = _attribute_key(node.graph.owning_module, str(node.target))
             else:
-                key = ("node", node)
+                key = ("attribute", node.target)
             self.root[node] = self.by_key.setdefault(key, node)
 
     def module_state(self, node: Node) -> tuple[Node, ...]:
@@ -323,6 +327,13 @@ class _InputStorages:
         return tuple(dict.fromkeys(roots))
 
 
+def _input_nodes(graph: Graph) -> list[Node]:
+    """The placeholders, then the ``get_attr`` nodes of ``graph``, each in graph order."""
+    if isinstance(graph, Graph):  # find_nodes keeps graph order within each op
+        return [*graph.find_nodes(op="placeholder"), *graph.find_nodes(op="get_attr")]
+    return [n for n in graph.nodes if n.op in _INPUT_OPS]
+
+
 def _attribute_key(owner: Any, target: str) -> Any:
     """The storage an attribute of ``owner`` lives in, or its name when that is unknown."""
     value = owner
@@ -349,9 +360,25 @@ def _tensor_key(value: Any, name: str) -> Any:
 
 
 def compute_effects(graph: Graph) -> Effects:
-    """Compute `Effects` for every node of ``graph`` in one pass in program order."""
-    walk = _Walk(graph)
-    root, reads, writes = walk.root, walk.reads, walk.writes
+    """Compute `Effects` for every node of ``graph`` in one pass in program order.
+
+    Attributes are told apart by name first; where some node writes an attribute or calls a
+    module (so tied attributes could matter), they are told apart by tensor storage instead.
+    """
+    if isinstance(graph, Graph):
+        by_storage = bool(graph.find_nodes(op="call_module"))
+    else:
+        by_storage = any(n.op == "call_module" for n in graph.nodes)
+    effects = _compute(graph, by_storage)
+    writes = effects.writes
+    if not by_storage and any(s.op == "get_attr" for n in effects.side_effects for s in writes[n]):
+        effects = _compute(graph, True)
+    return effects
+
+
+def _compute(graph: Graph, by_storage: bool) -> Effects:
+    walk = _Walk(graph, by_storage)
+    root, reads, writes, aliases = walk.root, walk.reads, walk.writes, walk.aliases
     cache, getitem, input_root = _OP_INFO_CACHE, operator.getitem, walk.input_root
     try:
         for node in graph.nodes:
@@ -362,7 +389,13 @@ def compute_effects(graph: Graph) -> Effects:
                 assert info is not None
                 if info.plain:  # the common case: fresh storage, reads its inputs
                     root[node] = node
-                    reads[node] = walk.input_roots(node)
+                    inputs = node._input_nodes  # torch.fx's own dict of a node's inputs
+                    if aliases:
+                        reads[node] = walk.input_roots(node)
+                    elif len(inputs) == 1:
+                        reads[node] = (root[next(iter(inputs))],)
+                    else:
+                        reads[node] = tuple(dict.fromkeys([root[i] for i in inputs]))
                     writes[node] = ()
                     continue
             elif op in _INPUT_OPS:
