@@ -17,12 +17,14 @@ from msched.errors import (
     MschedError,
     ScheduleVerificationError,
 )
+from msched.limits import MAX_STREAMS
 from msched.schedule import Schedule, schedule
 from msched.simulate import Execution, Timeline, execute, simulate
 from msched.streams import Dialect
 from msched.verify import Report, Violation, verify
 
 __all__ = [
+    "MAX_STREAMS",
     "CostModel",
     "Dag",
     "Dialect",

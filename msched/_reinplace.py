@@ -10,14 +10,18 @@ node's own arguments: there is no per-op table, so a custom op nobody registered
 
 Algorithm (`reinplace`):
 
-1. Compute the storage root of every node of the functional graph (`msched.effects`).
-2. Decode every functionalized node: the op, its arguments by schema name, the view of its
+1. Decode every functionalized node: the op, its arguments by schema name, the view of its
    base that each mutated argument is (v2: ``_all_bases`` plus ``_<arg>_base_index``,
    ``_<arg>_alias``, ``_<arg>_slice_*``, ``_<arg>_size/_stride/_storage_offset``), and
    where its outputs go.  Anything not understood raises `ReinplaceError` naming the op.
-3. Check that no node after it reads the old value of a mutated base, which the in-place
-   call would change under it.  A ``copy_`` into the base (the write-back of a graph input)
-   and size queries do not read the data.
+2. Compute, for every node of the functional graph, the *version* it sees and the *storage*
+   it will live in once re-inplaced (`_Storages`): an output of a functionalized node that
+   stands for the new value of a mutated argument is a new version of that argument's
+   storage; an output that is a returned value is a fresh storage.  (`msched.effects` sees a
+   functionalized node as one opaque value, so all of its outputs would share one root.)
+3. Check that no node after it reads an older version of a storage it mutates, which the
+   in-place call would change under it.  A ``copy_`` into the base (the write-back of a
+   graph input) and size queries do not read the data.
 4. In program order: insert the in-place call (and ``slice`` / ``as_strided`` / ``alias``
    nodes that regenerate view arguments from their base) where the node was; the op's
    results replace the node's results and each base replaces its "new value" output.
@@ -34,7 +38,7 @@ from typing import Any
 import torch
 from torch.fx import Graph, GraphModule, Node
 
-from msched.effects import Effects, compute_effects
+from msched.effects import compute_effects
 from msched.errors import MschedError
 
 aten = torch.ops.aten
@@ -104,13 +108,13 @@ def reinplace(gm: GraphModule) -> int:
     nodes = [n for n in graph.nodes if is_functionalized(n)]
     if not nodes:
         return 0
-    effects = compute_effects(graph)
-    index = {n: i for i, n in enumerate(graph.nodes)}
-    for node in nodes:
-        call = _decode(node)
+    calls = [_decode(node) for node in nodes]
+    for call in calls:
         _check_uses(call)
-        _check_old_values_unread(call, effects, index)
-    for node in nodes:
+    storages = _storages(graph, calls)
+    for call in calls:
+        _check_old_values_unread(call, storages)
+    for node in nodes:  # decoded again: the rewrites before it replaced some of its inputs
         _rewrite(graph, _decode(node))
     _erase_trivial_copies(graph)
     graph.lint()
@@ -253,16 +257,79 @@ def _mutated_nodes(call: _Call) -> Iterable[Node]:
             yield base
 
 
-def _check_old_values_unread(call: _Call, effects: Effects, index: dict[Node, int]) -> None:
-    """Raise if a node after ``call`` reads a storage it mutates (the old value)."""
-    position = index[call.node]
-    root = effects.root
-    storages = {root[b] for b in _mutated_nodes(call)}
-    for node in index:
-        if root.get(node) not in storages:
+@dataclass(frozen=True)
+class _Storages:
+    """What every node of a functional graph holds, in terms of the re-inplaced graph.
+
+    ``version[n]`` is the node that made the contents ``n`` sees: a placeholder, a
+    ``get_attr``, a fresh op, or an output of a functionalized node (the new value of a
+    mutated argument, or a returned value); views share their input's version.
+    ``storage[n]`` is the storage ``n`` lives in once re-inplaced: the new value of a mutated
+    argument lives in that argument's storage, every other version in its own.
+    ``writes[n]`` are the versions ``n`` writes; ``index`` is each node's program position.
+    """
+
+    version: dict[Node, Node]
+    storage: dict[Node, Node]
+    writes: dict[Node, tuple[Node, ...]]
+    index: dict[Node, int]
+
+
+def _storages(graph: Graph, calls: list[_Call]) -> _Storages:
+    """`_Storages` of ``graph``, whose functionalized nodes are ``calls`` (in program order)."""
+    base_of: dict[Node, Any] = {}  # output of a functionalized node -> the base it updates
+    for call in calls:
+        if call.whole:  # the node's value is the op's result: a fresh value, no outputs
             continue
+        for user in call.node.users:
+            k = user.args[1]
+            assert isinstance(k, int)  # _check_uses
+            base_of[user] = call.bases[k - call.num_results] if k >= call.num_results else None
+    version, writes = _versions(graph, set(base_of))
+    storage: dict[Node, Node] = {}
+    for node in graph.nodes:
+        first = version[node]
+        if first not in storage:  # a version of its own: where does it live?
+            base = base_of.get(first)
+            storage[first] = storage[base] if isinstance(base, Node) else first
+        storage[node] = storage[first]
+    index = {n: i for i, n in enumerate(graph.nodes)}
+    return _Storages(version, storage, writes, index)
+
+
+def _versions(
+    graph: Graph, outputs: set[Node]
+) -> tuple[dict[Node, Node], dict[Node, tuple[Node, ...]]]:
+    """The storage roots and writes of `compute_effects`, with each of ``outputs`` a root.
+
+    `compute_effects` runs on a copy of ``graph`` in which every output of a functionalized
+    node is a fresh value (a ``clone`` of the node); its roots and writes are mapped back.
+    """
+    shadow = Graph()
+    copy: dict[Node, Node] = {}
+    value = shadow.graph_copy(graph, copy)
+    copy[graph.output_node()] = shadow.output(value)
+    for node in outputs:
+        fresh = copy[node]
+        fresh.target, fresh.args, fresh.kwargs = aten.clone.default, (fresh.args[0],), {}
+    effects = compute_effects(shadow)
+    back = {v: k for k, v in copy.items()}
+    root = {n: back[effects.root[c]] for n, c in copy.items()}
+    writes = {n: tuple(back[w] for w in effects.writes[c]) for n, c in copy.items()}
+    return root, writes
+
+
+def _check_old_values_unread(call: _Call, storages: _Storages) -> None:
+    """Raise if a node after ``call`` reads an older version of a storage it mutates."""
+    index = storages.index
+    position = index[call.node]
+    storage, version = storages.storage, storages.version
+    written = {storage[b] for b in _mutated_nodes(call)}
+    for node in index:
+        if storage[node] not in written or index[version[node]] > position:
+            continue  # another storage, or a version made by this call or a later one
         for user in node.users:
-            if index[user] > position and _reads_old_value(user, node, effects):
+            if index[user] > position and _reads_old_value(user, node, storages):
                 raise _fail(
                     call.node,
                     f"node {user.name!r} reads {node.name!r} after the call, and the "
@@ -270,14 +337,15 @@ def _check_old_values_unread(call: _Call, effects: Effects, index: dict[Node, in
                 )
 
 
-def _reads_old_value(user: Node, value: Node, effects: Effects) -> bool:
+def _reads_old_value(user: Node, value: Node, storages: _Storages) -> bool:
     if user.op == "call_function" and user.target in _METADATA_OPS:
         return False
     if user.op == "call_function" and user.target is aten.copy_.default:
         # The write-back of a mutated graph input overwrites, it does not read.
         return user.args[1] is value
     # A view is no read of its own; its users are checked as aliases of the same storage.
-    is_view = not effects.writes[user] and effects.root[user] is effects.root[value]
+    version = storages.version
+    is_view = not storages.writes[user] and version[user] is version[value]
     return not is_view
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from torch.fx import Node
 
-from msched.cost import CostModel
+from msched.cost import CostModel, checked_cost
 from msched.dag import Dag
 
 _INPUT_OPS = ("placeholder", "get_attr")
@@ -166,22 +166,15 @@ def serial_assignment(dag: Dag, cost_model: CostModel) -> Assignment:
 
 
 def _costs(dag: Dag, model: CostModel) -> dict[Node, float]:
-    """Every node's cost; graph inputs and ``output`` cost nothing."""
-    from msched.errors import InvalidArgumentError
-
+    """Every node's cost (`msched.cost.checked_cost`); graph inputs and ``output`` cost
+    nothing."""
     cost: dict[Node, float] = {}
     out, cost_of = dag.output, model.cost
     for node in dag.nodes:
         if node.op in _INPUT_OPS or node is out:
             cost[node] = 0.0
-            continue
-        value = float(cost_of(node))
-        if not 0.0 <= value < float("inf"):
-            raise InvalidArgumentError(
-                f"cost model {type(model).__name__} gave {value!r} for node {node.name!r}; "
-                "costs must be finite and non-negative"
-            )
-        cost[node] = value
+        else:
+            cost[node] = checked_cost(model, node, cost_of(node))
     return cost
 
 

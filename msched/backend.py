@@ -14,7 +14,17 @@ For each graph dynamo hands it:
    disappear.
 3. With ``piecewise=True``, split the graph at every call of a ``split_ops`` op (each such
    call is a piece of its own; default: ``msched::attention``) with
-   ``torch.fx.passes.split_module``, keeping program order between pieces.
+   ``torch.fx.passes.split_module``, keeping program order between pieces.  A split op is
+   matched exactly (an ``OpOverload``, or any overload of an ``OpOverloadPacket``); a graph
+   that calls none of them but calls ops that look related raises `SplitOpNotFoundError`,
+   which lists them; a graph with nothing related stays one piece with a
+   `SplitOpNotFoundWarning`.  AOT autograd decomposes some ops
+   (``aten.scaled_dot_product_attention`` becomes ``aten._scaled_dot_product_flash_attention_for_cpu`` on CPU and other kernels on
+   CUDA), and which one depends on device and version, so msched does not guess: split at
+   the op the error names.  Every placeholder of every piece gets
+   ``meta["msched_storage"]``: the name of the storage root, in the unsplit graph, of the
+   value it receives, so inputs of a piece that alias each other (a view taken before a split
+   and its base) stay one storage for `msched.effects`.
 4. `msched.schedule` each piece; with ``verify=True``, `msched.verify` it against its
    unscheduled original and raise `PieceVerificationError` naming the piece on a violation.
 5. Return a callable that runs the graph inside the module's own `StreamRuntime`
@@ -26,18 +36,21 @@ Errors raised inside a backend reach the caller of a ``torch.compile``'d model w
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.fx import GraphModule, Node
+from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.split_module import split_module
 
 from msched import decoder  # noqa: F401  (defines msched::attention, the default split op)
 from msched._reinplace import reinplace
-from msched.cost import CostModel
+from msched.cost import CostModel, check_cost_model
+from msched.effects import STORAGE_META, Effects, compute_effects
 from msched.errors import InvalidArgumentError, MschedError, ScheduleVerificationError
+from msched.limits import check_num_streams
 from msched.runtime import StreamRuntime
 from msched.schedule import Schedule, schedule
 from msched.verify import Report, verify
@@ -45,6 +58,15 @@ from msched.verify import Report, verify
 
 class PieceVerificationError(ScheduleVerificationError):
     """A scheduled piece failed `msched.verify`; the message names the piece."""
+
+
+class SplitOpNotFoundWarning(UserWarning):
+    """A graph the backend splits calls no ``split_ops`` op and nothing like one: one piece."""
+
+
+class SplitOpNotFoundError(InvalidArgumentError):
+    """A ``split_ops`` op never occurs in a graph the backend splits; the message names it
+    and the ops of the graph that look related (what AOT autograd may have decomposed it to)."""
 
 
 @dataclass(frozen=True)
@@ -149,21 +171,45 @@ def backend(
     verify: bool = True,
     cost_model: CostModel | None = None,
 ) -> MschedBackend:
-    """A ``torch.compile`` backend that schedules every graph onto ``num_streams`` streams.
+    """A ``torch.compile`` backend that schedules every graph onto ``num_streams`` streams
+    (an int in ``1..msched.MAX_STREAMS``).
 
-    ``split_ops`` (``OpOverload``s or ``OpOverloadPacket``s) are where ``piecewise=True``
-    splits; default ``torch.ops.msched.attention``.  ``verify=True`` verifies every piece and
-    raises `PieceVerificationError` naming it on a violation.  See the module docstring.
+    ``split_ops`` (a sequence of ``OpOverload``s or ``OpOverloadPacket``s) are where
+    ``piecewise=True`` splits; default ``torch.ops.msched.attention``.  A graph that calls
+    none of them but ops that look related (AOT autograd decomposed the op) raises
+    `SplitOpNotFoundError` listing them; a graph with nothing related is one piece, with a
+    `SplitOpNotFoundWarning`.  ``cost_model``
+    is a `CostModel` (an object with a ``cost(node)`` method).  ``verify=True`` verifies every
+    piece and raises `PieceVerificationError` naming it on a violation.  Bad arguments raise
+    `InvalidArgumentError` here, not at compile time.  See the module docstring.
     """
-    if isinstance(num_streams, bool) or not isinstance(num_streams, int) or num_streams < 1:
-        raise InvalidArgumentError(f"num_streams must be an int >= 1, got {num_streams!r}")
-    ops = tuple(split_ops) if split_ops is not None else (torch.ops.msched.attention,)
-    kinds = (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
-    bad = [op for op in ops if not isinstance(op, kinds)]
-    if bad:
-        raise InvalidArgumentError(f"split_ops must be torch ops, got {bad!r}")
+    check_num_streams(num_streams)
+    ops = _check_split_ops(split_ops) if split_ops is not None else (torch.ops.msched.attention,)
+    check_cost_model(cost_model)
     config = BackendConfig(num_streams, bool(piecewise), ops, bool(verify), cost_model)
     return MschedBackend(config)
+
+
+_OP_KINDS = (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
+
+
+def _check_split_ops(split_ops: Any) -> tuple[Any, ...]:
+    """``split_ops`` as a tuple, or `InvalidArgumentError` unless it is a non-empty sequence of
+    torch ops (a single op or a string is refused, not iterated)."""
+    if isinstance(split_ops, (str, bytes, *_OP_KINDS)) or not isinstance(split_ops, Iterable):
+        raise InvalidArgumentError(
+            f"split_ops must be a sequence of torch ops (e.g. [torch.ops.msched.attention]), "
+            f"got {split_ops!r} ({type(split_ops).__name__})"
+        )
+    ops = tuple(split_ops)
+    bad = [op for op in ops if not isinstance(op, _OP_KINDS)]
+    if bad:
+        raise InvalidArgumentError(
+            f"split_ops must be torch ops (OpOverload or OpOverloadPacket), got {bad!r}"
+        )
+    if not ops:
+        raise InvalidArgumentError("split_ops must name at least one op to split at")
+    return ops
 
 
 def compile_graph(
@@ -178,6 +224,7 @@ def compile_graph(
     """
     reinplace(gm)
     if config.piecewise:
+        check_split_ops_occur(gm.graph, config.split_ops, name)
         module = split_pieces(gm, config.split_ops)
         parts = [(f"{name}.{sub}", getattr(module, sub)) for sub in _submodule_calls(module)]
     else:
@@ -204,13 +251,52 @@ def _is_split_op(node: Node, split_ops: tuple[Any, ...]) -> bool:
     return any(target is op or (packet is not None and packet is op) for op in split_ops)
 
 
+def check_split_ops_occur(graph: Graph, split_ops: tuple[Any, ...], name: str = "graph") -> None:
+    """Say so when no op of ``split_ops`` is called in ``graph``.
+
+    AOT autograd may decompose a split op (``aten.scaled_dot_product_attention``), and
+    splitting at nothing would silently give one piece: when the graph has ops that look
+    related (their name holds every word of a split op's name), raise `SplitOpNotFoundError`
+    naming them.  A graph with nothing related has nothing to split (the graph after a graph
+    break, say): it stays one piece, with a `SplitOpNotFoundWarning` naming its ops.
+    """
+    calls = [n for n in graph.nodes if n.op == "call_function"]
+    if any(_is_split_op(n, split_ops) for n in calls):
+        return
+    targets = sorted({str(n.target) for n in calls if isinstance(n.target, _OP_KINDS)})
+    for op in split_ops:
+        words = set(_op_words(op))
+        related = [t for t in targets if words <= set(_op_words(t))]
+        if related:
+            raise SplitOpNotFoundError(
+                f"split op {op} never occurs in {name}: AOT autograd decomposed it; ops of the "
+                f"graph that look related: {', '.join(related)}; split at those"
+            )
+    shown = ", ".join(targets[:12]) + (", ..." if len(targets) > 12 else "")
+    ops = ", ".join(map(str, split_ops))
+    warnings.warn(
+        SplitOpNotFoundWarning(
+            f"{name} calls no split op ({ops}), so it is one piece; its ops: {shown or 'none'}"
+        ),
+        stacklevel=2,
+    )
+
+
+def _op_words(op: Any) -> list[str]:
+    """The words of an op's name without namespace and overload: ``aten.mm.default`` -> mm."""
+    parts = str(op).split(".")  # namespace.name[.overload]
+    return [w for w in parts[min(1, len(parts) - 1)].split("_") if w]
+
+
 def split_pieces(gm: GraphModule, split_ops: tuple[Any, ...]) -> GraphModule:
     """Split ``gm`` so that every call of a ``split_ops`` op is a piece of its own.
 
     Pieces are the maximal runs of program order between split calls, so running them in
     order runs the program in order (mutations included).  Returns the stitching module;
-    its ``submod_<k>`` attributes are the pieces.
+    its ``submod_<k>`` attributes are the pieces, whose placeholders are labelled with the
+    storage they receive (`label_piece_inputs`).
     """
+    effects = compute_effects(gm.graph)
     partition: dict[Node, int] = {}
     current = 0
     for node in gm.graph.nodes:
@@ -221,9 +307,58 @@ def split_pieces(gm: GraphModule, split_ops: tuple[Any, ...]) -> GraphModule:
             current += 2
         else:
             partition[node] = current
-    return split_module(
-        gm, gm, partition.__getitem__, keep_original_order=True, keep_original_node_name=True
+    module = split_module(
+        gm,
+        gm,
+        partition.__getitem__,
+        keep_original_order=True,
+        keep_original_node_name=True,
+        keep_original_input_name=True,
     )
+    label_piece_inputs(module, gm.graph, effects)
+    return module
+
+
+def label_piece_inputs(module: GraphModule, parent: Graph, effects: Effects) -> None:
+    """Set ``meta["msched_storage"]`` on every placeholder of every piece of ``module``.
+
+    The label names the storage, in ``parent`` (the unsplit graph), of the value the
+    placeholder receives, so placeholders that receive views of one storage (``select`` of
+    ``arg0_1`` and ``arg0_1`` itself) carry one label and `msched.effects` sees one storage.
+    Storages that may alias each other there (the result of a call msched knows nothing about
+    and its inputs) get one label too: coarser, never unsound.  ``split_module`` (with
+    ``keep_original_input_name``) makes each placeholder's target the name of the node of
+    ``parent`` it receives.
+    """
+    by_name = {n.name: n for n in parent.nodes}
+    label = _storage_labels(parent, effects)
+    for sub in _submodule_calls(module):
+        for placeholder in getattr(module, sub).graph.find_nodes(op="placeholder"):
+            value = by_name.get(str(placeholder.target))
+            if value is None:
+                raise MschedError(
+                    f"piece {sub}: input {placeholder.name!r} names no node of the split graph, "
+                    "so msched cannot tell which storage it receives"
+                )
+            placeholder.meta[STORAGE_META] = label[effects.root[value]]
+
+
+def _storage_labels(parent: Graph, effects: Effects) -> dict[Node, str]:
+    """One label per class of storages that may alias (union of `Effects.aliases`): the name
+    of the class's first storage in graph order."""
+    leader: dict[Node, Node] = {}
+
+    def find(s: Node) -> Node:
+        while leader.get(s, s) is not s:
+            s = leader[s]
+        return s
+
+    order = {n: i for i, n in enumerate(parent.nodes)}
+    for storages in effects.aliases.values():
+        heads = sorted({find(s) for s in storages}, key=lambda s: order.get(s, len(order)))
+        for other in heads[1:]:
+            leader[other] = heads[0]
+    return {r: find(r).name for r in set(effects.root.values())}
 
 
 def _submodule_calls(module: GraphModule) -> list[str]:

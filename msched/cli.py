@@ -1,9 +1,10 @@
 """The ``msched`` command: ``demo``, ``schedule`` and ``explain`` on reference decoder stacks.
 
 Every subcommand builds a synthetic decoder stack (`msched.decoder.decoder_stack`), schedules
-it with `msched.schedule` and reads the result with `msched.render`.  Wrong arguments print one
-line (``msched <command>: error: ...``) to stderr and exit with status 2; a graph that fails
-verification exits with status 1.  Progress goes to stderr, only when it is a terminal and the
+it with `msched.schedule` and reads the result with `msched.render`.  Wrong arguments, any
+`msched.MschedError` and a file that cannot be written print one line (``msched <command>:
+error: ...``) to stderr and exit with status 2; a graph that fails verification exits with
+status 1.  Progress goes to stderr, only when it is a terminal and the
 graph is big, so piped output stays clean.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, TextIO
@@ -23,7 +24,8 @@ import msched
 from msched import render
 from msched.cost import CostModel, DefaultCostModel, RooflineCostModel
 from msched.decoder import DecoderStack, decoder_stack
-from msched.errors import InvalidArgumentError, MschedError
+from msched.errors import InvalidArgumentError, MschedError, ScheduleVerificationError
+from msched.limits import MAX_STREAMS, check_num_streams, positive_int
 from msched.schedule import Schedule
 from msched.streams import Step
 from msched.verify import Report
@@ -55,14 +57,24 @@ class UsageError(MschedError):
 # Arguments.
 
 
-def _positive_int(text: str) -> int:
+def _integer(text: str, check: Callable[[int], int]) -> int:
+    """``text`` as an int that passes ``check`` (an `msched.limits` validator)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
+    try:
+        return check(value)
+    except InvalidArgumentError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _layer_count(text: str) -> int:
+    return _integer(text, lambda value: positive_int(value, "layers"))
+
+
+def _stream_count(text: str) -> int:
+    return _integer(text, check_num_streams)
 
 
 def _layer_list(text: str) -> tuple[int, ...]:
@@ -78,7 +90,7 @@ def _layer_list(text: str) -> tuple[int, ...]:
 
 
 def _add_stack_args(p: argparse.ArgumentParser, streams_default: int | None = None) -> None:
-    p.add_argument("--layers", type=_positive_int, default=12, help="decoder layers (default 12)")
+    p.add_argument("--layers", type=_layer_count, default=12, help="decoder layers (default 12)")
     p.add_argument(
         "--captures",
         type=_layer_list,
@@ -89,10 +101,10 @@ def _add_stack_args(p: argparse.ArgumentParser, streams_default: int | None = No
     p.add_argument("--moe", action="store_true", help="MoE feed-forward blocks (routed ∥ shared)")
     p.add_argument(
         "--streams",
-        type=_positive_int,
+        type=_stream_count,
         default=streams_default or 3,
         metavar="S",
-        help="number of streams, stream 0 is the caller's (default 3)",
+        help=f"number of streams, 1..{MAX_STREAMS}; stream 0 is the caller's (default 3)",
     )
     p.add_argument(
         "--cost",
@@ -578,19 +590,37 @@ def _capture_lines(rows: list[_DemoRow]) -> list[str]:
     return lines
 
 
+def _write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``; an OS error is a `UsageError` naming the path and why."""
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
+
+
+def _make_directory(path: Path) -> None:
+    """Create ``path`` and its parents; an OS error is a `UsageError` naming the path."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"cannot create directory {path}: {error.strerror or error}") from None
+
+
 def _write_pictures(out: Path, rows: list[_DemoRow]) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
+    _make_directory(out)
     suffixes = {"text": "txt", "json": "json", "dot": "dot", "trace": "trace.json", "svg": "svg"}
     written = []
     for row in rows:
         for fmt, suffix in suffixes.items():
             path = out / f"demo-{row.streams}streams.{suffix}"
-            path.write_text(_RENDERERS[fmt](row.run.schedule, row.run.cost_model), encoding="utf-8")
+            _write_text(path, _RENDERERS[fmt](row.run.schedule, row.run.cost_model))
             written.append(path)
     return written
 
 
 def cmd_demo(args: argparse.Namespace, stdout: TextIO) -> int:
+    if args.out is not None:
+        _make_directory(args.out)  # fail before the scheduling work, not after it
     rows = _demo_rows(Progress(sys.stderr, False))
     last = rows[-1]
     last_view = render.view(last.run.schedule)
@@ -639,7 +669,7 @@ def cmd_schedule(args: argparse.Namespace, stdout: TextIO) -> int:
     if args.output is None:
         stdout.write(text)
     else:
-        args.output.write_text(text, encoding="utf-8")
+        _write_text(args.output, text)
     return 0
 
 
@@ -653,7 +683,8 @@ _COMMANDS = {"demo": cmd_demo, "schedule": cmd_schedule, "explain": cmd_explain}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``msched`` command; returns the exit status (2 for bad arguments)."""
+    """Run the ``msched`` command; returns the exit status (2 for bad arguments and for any
+    `msched.MschedError` but a failed verification, which is 1)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     sub_prog = f"msched {args.command}"
@@ -662,9 +693,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, InvalidArgumentError) as exc:
         sys.stderr.write(f"{sub_prog}: error: {_one_line(exc)}\n")
         return 2
-    except MschedError as exc:
+    except ScheduleVerificationError as exc:
         sys.stderr.write(f"{sub_prog}: {type(exc).__name__}: {_one_line(exc)}\n")
         return 1
+    except MschedError as exc:
+        sys.stderr.write(f"{sub_prog}: error: {type(exc).__name__}: {_one_line(exc)}\n")
+        return 2
 
 
 def _one_line(exc: BaseException) -> str:

@@ -3,19 +3,25 @@
 `DefaultCostModel` is a table that needs nothing but the op: matmul-like ops 10, MoE-like ops
 20, views / ``getitem`` / symbolic-int nodes 0, everything else 1.  `RooflineCostModel`
 estimates microseconds from ``node.meta["val"]`` (FLOPs against bytes moved) and falls back to
-the table where shapes are missing.  Any object with ``cost(node) -> float`` is a cost model.
+the table where shapes are missing.  Any object with ``cost(node) -> float`` is a cost model;
+whoever calls it passes each value through `checked_cost`, so a cost that is not a finite,
+non-negative real number is an `msched.InvalidArgumentError` naming the node, the value and
+the model, not a ``ValueError`` (or a NaN schedule) deep inside a pass.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import operator
+import reprlib
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch.fx import Node
 
 from msched.effects import _VIEW_NAMES, _op_info
+from msched.errors import InvalidArgumentError
 
 
 @runtime_checkable
@@ -23,6 +29,42 @@ class CostModel(Protocol):
     """Anything that estimates the run time of one node (non-negative, finite)."""
 
     def cost(self, node: Node) -> float: ...
+
+
+_INF = math.inf
+
+
+def checked_cost(model: object, node: Node, value: object) -> float:
+    """``value``, the cost ``model`` gave for ``node``, as a float; or raise
+    `msched.InvalidArgumentError` naming them when it is not a finite, non-negative real
+    number (``bool``, ``None``, strings, tensors, NaN, infinities and negatives are refused).
+
+    Called once per node on the scheduling hot path: a float in range costs one type test
+    and one comparison.
+    """
+    kind = value.__class__
+    if kind is float:
+        if 0.0 <= value < _INF:  # type: ignore[operator]
+            return value  # type: ignore[return-value]
+    elif isinstance(value, numbers.Real) and kind is not bool:  # int, numpy scalars, ...
+        try:
+            number = float(value)
+        except OverflowError:
+            number = _INF
+        if 0.0 <= number < _INF:
+            return number
+    raise InvalidArgumentError(
+        f"cost model {type(model).__name__} gave {reprlib.repr(value)} ({kind.__name__}) for node "
+        f"{node.name!r}; costs must be finite and non-negative real numbers (int or float)"
+    )
+
+
+def check_cost_model(cost_model: object) -> None:
+    """Raise `msched.InvalidArgumentError` unless ``cost_model`` is None or has ``cost(node)``."""
+    if cost_model is not None and not callable(getattr(cost_model, "cost", None)):
+        raise InvalidArgumentError(
+            f"cost_model must have a cost(node) method, got {type(cost_model).__name__}"
+        )
 
 
 _MOE_WORDS = ("moe", "expert")

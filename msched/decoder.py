@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from torch.fx import Graph, GraphModule, Node
 
 from msched.errors import InvalidArgumentError
+from msched.limits import positive_int
 
 aten = torch.ops.aten
 
@@ -184,11 +185,9 @@ class _Builder:
 def _check_stack_args(
     n_layers: int, capture_layers: Sequence[int], hidden: int, tokens: int
 ) -> None:
-    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
-        raise InvalidArgumentError(f"n_layers must be an int >= 1, got {n_layers!r}")
-    for name, value in (("hidden", hidden), ("tokens", tokens)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+    positive_int(n_layers, "n_layers")
+    positive_int(hidden, "hidden")
+    positive_int(tokens, "tokens")
     bad = [c for c in capture_layers if not isinstance(c, int) or not 0 <= c < n_layers]
     if bad:
         raise InvalidArgumentError(

@@ -126,7 +126,8 @@ class Effects:
     storages ``n`` reads / writes (roots, deduplicated, in argument order, with the storages
     they may alias); ``side_effects`` holds the nodes that must run even if nothing uses their
     value; ``world`` the nodes that touch state outside the graph's tensors (random numbers,
-    code msched knows nothing about), which keep their relative order.
+    code msched knows nothing about), which keep their relative order; ``aliases`` maps the
+    roots that may share memory with other storages to all of them (itself first).
     """
 
     root: dict[Node, Node]
@@ -134,6 +135,12 @@ class Effects:
     writes: dict[Node, tuple[Node, ...]]
     side_effects: frozenset[Node]
     world: frozenset[Node] = field(default_factory=frozenset)
+    aliases: dict[Node, tuple[Node, ...]] = field(default_factory=dict)
+
+    def storages(self, node: Node) -> tuple[Node, ...]:
+        """Every storage ``node``'s value may live in: its root, and what that may alias."""
+        root = self.root[node]
+        return self.aliases.get(root, (root,))
 
 
 class _Walk:
@@ -413,7 +420,8 @@ def _compute(graph: Graph, by_storage: bool) -> Effects:
         if problem is None:
             raise
         raise InvalidGraphError(problem) from missing
-    return Effects(root, reads, writes, frozenset(walk.side), frozenset(walk.world))
+    side, world = frozenset(walk.side), frozenset(walk.world)
+    return Effects(root, reads, writes, side, world, walk.aliases)
 
 
 def _undefined_input(graph: Graph) -> str | None:

@@ -12,10 +12,11 @@ from torch.fx.node import map_arg
 
 from msched import ops
 from msched.assign import Assignment, assign_streams, serial_assignment
-from msched.cost import CostModel, DefaultCostModel
+from msched.cost import CostModel, DefaultCostModel, check_cost_model
 from msched.dag import Dag, build_dag
 from msched.emit import plan_emission, relink
 from msched.errors import InvalidArgumentError, InvalidGraphError
+from msched.limits import check_num_streams
 
 
 @dataclass(frozen=True)
@@ -97,16 +98,8 @@ def _check_arguments(gm: object, num_streams: object, cost_model: object) -> Non
             f"msched.schedule expects a torch.fx.GraphModule, got {type(gm).__name__}; "
             "trace the model first (torch.fx.symbolic_trace, or use msched.backend)"
         )
-    if isinstance(num_streams, bool) or not isinstance(num_streams, int):
-        raise InvalidArgumentError(
-            f"num_streams must be an int >= 1, got {num_streams!r} ({type(num_streams).__name__})"
-        )
-    if num_streams < 1:
-        raise InvalidArgumentError(f"num_streams must be >= 1, got {num_streams}")
-    if cost_model is not None and not callable(getattr(cost_model, "cost", None)):
-        raise InvalidArgumentError(
-            f"cost_model must have a cost(node) method, got {type(cost_model).__name__}"
-        )
+    check_num_streams(num_streams)
+    check_cost_model(cost_model)
 
 
 def _check_unscheduled(graph: Graph) -> None:
@@ -129,13 +122,15 @@ def schedule(
     Why: the graph exit depends on the last write of every in-place target, so captures into
     a graph input (Eagle3) are emitted before ``output`` and joined on the caller's stream.
 
-    1. Build the `msched.dag.Dag` (data, RAW, WAR, WAW and exit edges).
+    1. Build the `msched.dag.Dag` (data, RAW, WAR, WAW and exit edges); a cyclic graph is
+       an `msched.InvalidGraphError` naming the cycle.
     2. Assign streams by critical-path list scheduling (`msched.assign`).
     3. Plan the emitted order with the stream ops (`msched.emit`), then relink the graph and
        recompile ``gm``, so calling ``gm`` runs the schedule.
 
-    With ``num_streams=1`` the node order is unchanged and no stream op is added.  Node names
-    are kept.  On any error ``gm`` is left exactly as it was.
+    ``num_streams`` is an int in ``1..msched.MAX_STREAMS`` (`msched.limits`).  With
+    ``num_streams=1`` the node order is unchanged and no stream op is added.  Node names are
+    kept.  On any error ``gm`` is left exactly as it was.
     """
     _check_arguments(gm, num_streams, cost_model)
     graph = gm.graph

@@ -20,8 +20,9 @@ import torch
 from torch.fx import Graph, GraphModule, Interpreter, Node
 from torch.utils._pytree import tree_map
 
+from msched._graphcheck import check_acyclic
 from msched.assign import lower_bound
-from msched.cost import CostModel, DefaultCostModel
+from msched.cost import CostModel, DefaultCostModel, check_cost_model, checked_cost
 from msched.effects import compute_effects
 from msched.errors import InvalidArgumentError
 from msched.streams import Dialect, StreamProgram, graph_of, interpret
@@ -226,7 +227,7 @@ def execute(
     *inputs: Any,
     order: str = "late-aux",
     seed: int = 0,
-    dialect: Dialect | None = None,
+    dialect: Dialect | str | None = None,
 ) -> Execution:
     """Run the compute nodes of the scheduled ``gm`` on ``inputs`` in an adversarial order.
 
@@ -239,12 +240,14 @@ def execute(
     - ``"random"``: a uniformly random ready node at each step, from ``seed``.
 
     A value read before its producer ran reads as NaN (the producer's later write still lands
-    in that memory).  Stream ops themselves are not run.  Returns an `Execution`.
+    in that memory).  Stream ops themselves are not run.  Returns an `Execution`.  A cyclic
+    graph is an `msched.InvalidGraphError` naming the cycle; nothing runs then.
     """
     if not isinstance(gm, GraphModule):
         raise InvalidArgumentError(
             f"execute expects a torch.fx.GraphModule, got {type(gm).__name__}"
         )
+    check_acyclic(gm.graph)
     program = interpret(gm, dialect)
     hb = happens_before(program)
     sequence = run_order(hb, order, seed)
@@ -297,7 +300,7 @@ class Timeline:
 def simulate(
     gm: GraphModule | Graph,
     cost_model: CostModel | None = None,
-    dialect: Dialect | None = None,
+    dialect: Dialect | str | None = None,
 ) -> Timeline:
     """The `Timeline` of the scheduled ``gm`` under ``cost_model`` (`msched.DefaultCostModel`).
 
@@ -306,8 +309,13 @@ def simulate(
        ``record_event`` stamps the event with its stream's time; a ``wait_event`` moves its
        stream's time to at least that stamp (waits on unrecorded events wait for nothing).
     3. ``output`` is reached at stream 0's (its stream's) time after its waits.
+
+    Raises `msched.InvalidGraphError` for a cyclic graph and `msched.InvalidArgumentError`
+    for a cost model without ``cost(node)`` or one that gives a bad cost.
     """
     graph = graph_of(gm)
+    check_cost_model(cost_model)
+    check_acyclic(graph)
     model = cost_model or DefaultCostModel()
     program = interpret(graph, dialect)
     clock = [0.0] * program.num_streams
@@ -341,13 +349,7 @@ def simulate(
 
 
 def _cost(model: CostModel, node: Node) -> float:
-    value = float(model.cost(node))
-    if not value >= 0.0 or value == float("inf"):
-        raise InvalidArgumentError(
-            f"cost model {type(model).__name__} gave {value!r} for node {node.name!r}; "
-            "costs must be finite and non-negative"
-        )
-    return value
+    return checked_cost(model, node, model.cost(node))
 
 
 def _critical_path(

@@ -16,6 +16,7 @@ from torch.fx import Graph, GraphModule, Node
 
 from msched import ops
 from msched.errors import InvalidArgumentError, InvalidGraphError
+from msched.limits import MAX_STREAMS
 
 KINDS = ("set_stream", "record_event", "wait_event", "record_stream")
 
@@ -67,6 +68,51 @@ class Dialect:
             return self.namespace
         name = _qualified_name(self.set_stream)
         return name.split("::")[0] if name else None
+
+
+def builtin_dialects() -> dict[str, Dialect]:
+    """The dialects known by name: ``msched`` (``torch.ops.msched.*``, the default) and
+    ``trtllm`` (``torch.ops.trtllm.{set_stream, record_event, wait_event, record_stream}``,
+    matched by name, so the ops need not be registered to read a graph without them)."""
+    return {"msched": Dialect(), "trtllm": Dialect.from_namespace("trtllm")}
+
+
+def as_dialect(dialect: object) -> Dialect:
+    """The `Dialect` that ``dialect`` names: a Dialect, None (msched's), a built-in name
+    (`builtin_dialects`) or the name of a registered op namespace that defines
+    ``set_stream`` and ``wait_event`` (`Dialect.from_namespace`).
+
+    Raises `msched.InvalidArgumentError` for an unknown name, listing the known ones, and
+    for any other type.
+    """
+    if dialect is None:
+        return Dialect()
+    if isinstance(dialect, Dialect):
+        return dialect
+    if not isinstance(dialect, str):
+        raise InvalidArgumentError(
+            f"dialect must be a msched.Dialect, a dialect name or None, got "
+            f"{type(dialect).__name__}"
+        )
+    known = builtin_dialects()
+    if dialect in known:
+        return known[dialect]
+    if _defines_stream_ops(dialect):
+        return Dialect.from_namespace(dialect)
+    raise InvalidArgumentError(
+        f"unknown dialect {dialect!r}: known dialects are {', '.join(map(repr, known))}, or "
+        "the name of an op namespace that defines set_stream and wait_event; pass "
+        "msched.Dialect(...) for stream ops named otherwise"
+    )
+
+
+def _defines_stream_ops(namespace: str) -> bool:
+    """Whether ``torch.ops.<namespace>`` defines ``set_stream`` and ``wait_event`` (the least
+    a scheduler's stream ops need; ``aten`` has a ``record_stream`` but is no dialect)."""
+    if not namespace.isidentifier() or namespace.startswith("_"):
+        return False
+    ops_of = getattr(torch.ops, namespace)
+    return all(hasattr(ops_of, kind) for kind in ("set_stream", "wait_event"))
 
 
 class Step(NamedTuple):
@@ -158,6 +204,17 @@ def _int_arg(node: Node, kind: str, index: int = 0) -> int:
     return value
 
 
+def _stream_arg(node: Node, kind: str, index: int = 0) -> int:
+    """A stream id argument: a literal int below `msched.MAX_STREAMS`."""
+    stream = _int_arg(node, kind, index)
+    if stream >= MAX_STREAMS:
+        raise InvalidGraphError(
+            f"{kind} node {node.name!r} names stream {stream}, but stream ids are "
+            f"0..{MAX_STREAMS - 1} (msched.MAX_STREAMS = {MAX_STREAMS}, see msched.limits)"
+        )
+    return stream
+
+
 def graph_of(gm: GraphModule | Graph) -> Graph:
     if isinstance(gm, GraphModule):
         return gm.graph
@@ -166,14 +223,15 @@ def graph_of(gm: GraphModule | Graph) -> Graph:
     raise InvalidArgumentError(f"expected a torch.fx.GraphModule or Graph, got {type(gm).__name__}")
 
 
-def interpret(gm: GraphModule | Graph, dialect: Dialect | None = None) -> StreamProgram:
+def interpret(gm: GraphModule | Graph, dialect: Dialect | str | None = None) -> StreamProgram:
     """Read ``gm`` in host order: the stream of every node and what every stream op does.
 
-    Raises `InvalidGraphError` for graphs that cannot be read: no output or several, a
-    stream or event id that is not a non-negative int literal, stream ops of two dialects.
+    ``dialect`` is anything `as_dialect` accepts.  Raises `InvalidGraphError` for graphs that
+    cannot be read: no output or several, a stream or event id that is not a non-negative
+    int literal, a stream id of `msched.MAX_STREAMS` or more, stream ops of two dialects.
     """
     graph = graph_of(gm)
-    classify = _Classifier(dialect or Dialect())
+    classify = _Classifier(as_dialect(dialect))
     outputs = [n for n in graph.nodes if n.op == "output"]
     if len(outputs) != 1:
         raise InvalidGraphError(
@@ -187,14 +245,14 @@ def interpret(gm: GraphModule | Graph, dialect: Dialect | None = None) -> Stream
     for node in graph.nodes:
         kind = classify.kind(node)
         if kind == "set_stream":
-            current = _int_arg(node, kind)
+            current = _stream_arg(node, kind)
             highest = max(highest, current)
             steps.append(Step(node, kind, current, current))
         elif kind in ("record_event", "wait_event"):
             steps.append(Step(node, kind, current, _int_arg(node, kind)))
         elif kind == "record_stream":
             tensor = node.args[0] if node.args else node.kwargs.get("t")
-            target = _int_arg(node, kind, 1)
+            target = _stream_arg(node, kind, 1)
             highest = max(highest, target)
             steps.append(
                 Step(node, kind, current, target, tensor if isinstance(tensor, Node) else None)

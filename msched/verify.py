@@ -15,10 +15,13 @@ Algorithm:
    none).  Graph inputs carry the stamp ``(0, 0)``: they are ready on stream 0 only, so an
    auxiliary stream must join stream 0 before its first node.
 3. The orderings the program needs come from the original graph's `msched.dag.Dag` (nodes
-   matched by name; ``missing-node`` / ``duplicate-node`` when the node sets differ) or, without
-   ``original``, from the same rules applied to the scheduled host order.  An edge ``u -> v``
-   holds when ``v``'s clock has seen ``u``'s stamp; otherwise it is a ``race`` (hazard
-   ``data``, ``raw``, ``war`` or ``waw``) or, into ``output``, ``exit-not-joined``.
+   matched by name; ``missing-node`` / ``duplicate-node`` / ``extra-node`` when the node sets
+   differ) or, without ``original``, from the same rules applied to the scheduled host order.
+   Every compute node that runs is ordered: a node that is not in ``original`` takes its
+   dependencies on the others (and the exit's on it) from the scheduled host order.  An
+   edge ``u -> v`` holds when ``v``'s clock has seen ``u``'s stamp; otherwise it is a
+   ``race`` (hazard ``data``, ``raw``, ``war`` or ``waw``) or, into ``output``,
+   ``exit-not-joined``.
 4. ``output`` happens after the last write of every storage and after every node whose
    value nobody uses (``exit-not-joined``), whether or not the original's Dag says so.
 5. A tensor used on another stream than the one that allocated it needs a ``record_stream``
@@ -38,6 +41,7 @@ from typing import cast
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_arg
 
+from msched._graphcheck import check_acyclic
 from msched.dag import (
     DATA,
     RAW,
@@ -49,14 +53,16 @@ from msched.dag import (
     exit_dependencies,
 )
 from msched.effects import Effects, compute_effects, produces_tensor
-from msched.errors import InvalidArgumentError, ScheduleVerificationError
+from msched.errors import ScheduleVerificationError
 from msched.lifetimes import UnsafeUse, unsafe_cross_stream_uses
+from msched.limits import check_num_streams
 from msched.streams import Dialect, StreamProgram, graph_of, interpret
 
 KINDS = (
     "after-output",
     "missing-node",
     "duplicate-node",
+    "extra-node",
     "bad-stream",
     "unrecorded-event",
     "race",
@@ -168,22 +174,33 @@ class _Found:
 def verify(
     gm: GraphModule | Graph,
     original: GraphModule | Graph | None = None,
-    dialect: Dialect | None = None,
+    dialect: Dialect | str | None = None,
     *,
     num_streams: int | None = None,
 ) -> Report:
     """Check that the scheduled graph ``gm`` runs every node of ``original`` race-free.
 
     ``original`` is the unscheduled graph (``Schedule.original``); without it, the orderings
-    are inferred from ``gm``'s own host order.  ``dialect`` says which ops are the stream ops
-    (default: ``torch.ops.msched.*``).  With ``num_streams``, stream ids outside
-    ``range(num_streams)`` are ``bad-stream`` violations.  Raises `msched.InvalidGraphError`
-    for graphs that cannot be read (see `msched.streams.interpret`) and
-    `msched.InvalidArgumentError` for arguments of the wrong type.
+    are inferred from ``gm``'s own host order.  ``dialect`` says which ops are the stream ops:
+    a `msched.Dialect`, a name (``"msched"``, the default, or ``"trtllm"``) or an op namespace
+    that defines them (`msched.streams.as_dialect`).  With ``num_streams`` (an int in
+    ``1..msched.MAX_STREAMS``), stream ids outside ``range(num_streams)`` are ``bad-stream``
+    violations.  Raises `msched.InvalidGraphError` for graphs that cannot be read (a cycle;
+    see also `msched.streams.interpret`) and `msched.InvalidArgumentError` for bad arguments.
+
+    Report kinds (`KINDS`): ``after-output``, ``missing-node`` (an original node the schedule
+    dropped, or an input from another graph), ``duplicate-node`` (an original node repeated),
+    ``extra-node`` (a compute node that is not in ``original``: a scheduler may add stream
+    ops only), ``bad-stream``, ``unrecorded-event``, ``race`` (with ``hazard``),
+    ``exit-not-joined`` and ``missing-record-stream``.  Extra and duplicate nodes are
+    ordered too: their dependencies on the other nodes come from the scheduled host order.
     """
     graph = graph_of(gm)
     before = graph_of(original) if original is not None else None
     _check_num_streams(num_streams)
+    check_acyclic(graph)
+    if before is not None:
+        check_acyclic(before, "the original graph")
     program = interpret(graph, dialect)
     found = _Found()
     _check_after_output(program, found)
@@ -192,26 +209,19 @@ def verify(
     clocks = run_clocks(program, width, found)
     _check_stream_ids(program, num_streams, found)
     if before is None:
-        effects = compute_effects(_in_topological_order(graph))
+        effects = _scheduled_effects(graph)
         deps = host_order_dependencies(clocks.order, effects, program.output)
         _check_orderings(deps, clocks, effects, None, found)
         root: Mapping[Node, Node] = effects.root
     else:
-        dag = build_dag(before)
-        match = _match_nodes(dag, program, found)
-        exits = {dag.output: exit_dependencies(dag.nodes, dag.effects, dag.output)}
-        _check_orderings(dag.preds, clocks, dag.effects, match, found)
-        _check_orderings(exits, clocks, dag.effects, match, found)
-        root = _mapped_roots(dag, match)
+        root = _check_against_original(before, graph, program, clocks, found)
     _check_record_streams(program, clocks, root, found)
     return Report(tuple(found.items), width, len(clocks.order))
 
 
 def _check_num_streams(num_streams: object) -> None:
-    if num_streams is None:
-        return
-    if isinstance(num_streams, bool) or not isinstance(num_streams, int) or num_streams < 1:
-        raise InvalidArgumentError(f"num_streams must be an int >= 1 or None, got {num_streams!r}")
+    if num_streams is not None:
+        check_num_streams(num_streams)
 
 
 def _check_after_output(program: StreamProgram, found: _Found) -> None:
@@ -352,6 +362,11 @@ def host_order_dependencies(
     return preds
 
 
+def _scheduled_effects(graph: Graph) -> Effects:
+    """`compute_effects` of a scheduled graph, whose host order may use a node early."""
+    return compute_effects(_in_topological_order(graph))
+
+
 def _in_topological_order(graph: Graph) -> Graph:
     """``graph``, or a stand-in listing its nodes inputs-first when some node is used before
     its definition (a broken schedule): `compute_effects` needs every input seen first."""
@@ -443,41 +458,57 @@ def _report_ordering(
         )
         return
     hazard = next((name for bit, name in _HAZARD_BITS if mask & bit), "data")
+    message = _race_message(hazard, u_key, v_key, pair, clocks, effects, found)
+    found.add("race", [u.name, v.name], message, hazard=hazard, streams=(su, sv))
+
+
+def _race_message(
+    hazard: str,
+    u_key: Node,
+    v_key: Node,
+    pair: tuple[Node, Node],
+    clocks: Clocks,
+    effects: Effects,
+    found: _Found,
+) -> str:
+    """The message of a race ``u -> v``: what ``v`` does, why it is unordered, the fix."""
+    u, v = pair
+    su, sv = clocks.stamp[u][0], clocks.stamp[v][0]
     what = _what(hazard, u_key, v_key, effects)
     position = found.position(clocks)
     if position[u] > position[v]:
         fix = f"issue `{u.name}` before `{v.name}`" + (
             f", record an event after it and wait on it on stream {sv}" if su != sv else ""
         )
-        message = (
+        return (
             f"`{v.name}` on stream {sv} {what}, but `{u.name}` (stream {su}) is issued after "
             f"it, against program order: {fix}"
         )
-    elif u.op in _INPUT_OPS:
-        message = (
+    what += "" if hazard == "data" else ","  # close the clause before the next one
+    if u.op in _INPUT_OPS:
+        return (
             f"`{v.name}` on stream {sv} {what} before stream {sv} has joined stream 0, where "
             f"graph inputs are ready: wait on an event recorded on stream 0 before `{v.name}`"
         )
-    else:
-        message = (
-            f"`{v.name}` on stream {sv} {what} without waiting for `{u.name}` on stream {su}: "
-            f"record an event after `{u.name}` and wait on it on stream {sv} before `{v.name}`"
-        )
-    found.add("race", [u.name, v.name], message, hazard=hazard, streams=(su, sv))
+    return (
+        f"`{v.name}` on stream {sv} {what} without waiting for `{u.name}` on stream {su}: "
+        f"record an event after `{u.name}` and wait on it on stream {sv} before `{v.name}`"
+    )
 
 
 def _what(hazard: str, u: Node, v: Node, effects: Effects) -> str:
-    """What ``v`` does that needs ``u`` first, naming the storage they share."""
+    """What ``v`` does that needs ``u`` first, naming the storage they share (a clause the
+    caller punctuates)."""
     if hazard == "data":
         return f"uses `{u.name}`"
     if hazard == "raw":
         shared = _shared(effects.writes.get(u, ()), effects.reads.get(v, ()))
-        return f"reads {shared}, which `{u.name}` writes,"
+        return f"reads {shared}, which `{u.name}` writes"
     if hazard == "war":
         shared = _shared(effects.reads.get(u, ()), effects.writes.get(v, ()))
-        return f"writes {shared}, which `{u.name}` reads,"
+        return f"writes {shared}, which `{u.name}` reads"
     shared = _shared(effects.writes.get(u, ()), effects.writes.get(v, ()))
-    return f"writes {shared} after `{u.name}` writes it,"
+    return f"writes {shared} after `{u.name}` writes it"
 
 
 def _shared(a: tuple[Node, ...], b: tuple[Node, ...]) -> str:
@@ -487,8 +518,29 @@ def _shared(a: tuple[Node, ...], b: tuple[Node, ...]) -> str:
     return ", ".join(f"`{name}`" for name in common)
 
 
-def _match_nodes(dag: Dag, program: StreamProgram, found: _Found) -> dict[Node, Node]:
-    """Map the original nodes to the scheduled ones by name; report missing and duplicates."""
+def _check_against_original(
+    before: Graph, graph: Graph, program: StreamProgram, clocks: Clocks, found: _Found
+) -> Mapping[Node, Node]:
+    """Steps 3 and 4 with ``original``: its Dag's orderings, then those of the extra nodes.
+
+    Returns the storage root of every scheduled node, for the record_stream check.
+    """
+    dag = build_dag(before)
+    match, extras = _match_nodes(dag, program, found)
+    exits = {dag.output: exit_dependencies(dag.nodes, dag.effects, dag.output)}
+    _check_orderings(dag.preds, clocks, dag.effects, match, found)
+    _check_orderings(exits, clocks, dag.effects, match, found)
+    root = _mapped_roots(dag, match)
+    if extras:
+        root = _check_extra_nodes(graph, program, clocks, extras, root, found)
+    return root
+
+
+def _match_nodes(
+    dag: Dag, program: StreamProgram, found: _Found
+) -> tuple[dict[Node, Node], list[Node]]:
+    """Map the original nodes to the scheduled ones by name; report missing, duplicate and
+    extra nodes.  Returns the match and the scheduled nodes that are not in it."""
     by_name = {st.node.name: st.node for st in program.steps if st.kind == "compute"}
     match: dict[Node, Node] = {}
     for node in dag.nodes:
@@ -502,11 +554,49 @@ def _match_nodes(dag: Dag, program: StreamProgram, found: _Found) -> dict[Node, 
             )
         else:
             match[node] = scheduled
-    if len(by_name) > len(match):
-        names = {n.name for n in dag.nodes}
-        extras = [n for n in by_name.values() if n.name not in names]
-        _check_duplicates(dag, extras, found)
-    return match
+    if len(by_name) == len(match):
+        return match, []
+    names = {n.name for n in dag.nodes}
+    extras = [n for n in by_name.values() if n.name not in names]
+    twins = _check_duplicates(dag, extras, found)
+    for extra in extras:
+        if extra not in twins:
+            _extra_node(extra, found)
+    return match, extras
+
+
+def _extra_node(node: Node, found: _Found) -> None:
+    found.add(
+        "extra-node",
+        [node.name],
+        f"`{node.name}` is not in the original graph: the schedule added it, and a schedule "
+        "may add only stream ops; remove it (or schedule the graph that contains it)",
+    )
+
+
+def _check_extra_nodes(
+    graph: Graph,
+    program: StreamProgram,
+    clocks: Clocks,
+    extras: list[Node],
+    root: dict[Node, Node],
+    found: _Found,
+) -> dict[Node, Node]:
+    """Order the nodes that are not in the original like the rest (step 3 without original,
+    restricted to the dependencies that involve them, exit edges included).
+
+    Returns ``root`` extended by the storage roots of the extra nodes.
+    """
+    effects = _scheduled_effects(graph)
+    deps = host_order_dependencies(clocks.order, effects, program.output)
+    extra = set(extras)
+    involved = {
+        v: {u: mask for u, mask in preds.items() if u in extra} if v not in extra else preds
+        for v, preds in deps.items()
+    }
+    _check_orderings(involved, clocks, effects, None, found)
+    own = effects.root
+    return {**root, **{n: root.get(own[n], own[n]) for n in extras if n in own}}
 
 
 def _signature(node: Node) -> str:
@@ -516,21 +606,25 @@ def _signature(node: Node) -> str:
     return repr((node.op, node.target, args, kwargs))
 
 
-def _check_duplicates(dag: Dag, extras: list[Node], found: _Found) -> None:
-    """Extra scheduled nodes that compute the same as an original node are duplicates."""
+def _check_duplicates(dag: Dag, extras: list[Node], found: _Found) -> set[Node]:
+    """Extra scheduled nodes that compute the same as an original node are duplicates;
+    returns them."""
     by_signature: dict[str, Node] = {}
     for node in dag.nodes:
         by_signature.setdefault(_signature(node), node)
+    duplicates: set[Node] = set()
     for extra in extras:
         twin = by_signature.get(_signature(extra))
         if twin is None:
             continue
+        duplicates.add(extra)
         found.add(
             "duplicate-node",
             [twin.name, extra.name],
             f"`{extra.name}` repeats `{twin.name}` of the original graph, which must run "
             f"exactly once: remove `{extra.name}`",
         )
+    return duplicates
 
 
 def _mapped_roots(dag: Dag, match: dict[Node, Node]) -> dict[Node, Node]:

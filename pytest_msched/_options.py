@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from msched.errors import InvalidArgumentError
+from msched.limits import check_num_streams
+
 DEFAULT_STREAMS: tuple[int, ...] = (2, 3)
 VERIFY_MODES: tuple[str, ...] = ("strict", "off")
 MARKER = "multistream"
@@ -79,13 +82,17 @@ def add_options(parser: pytest.Parser) -> None:
 def parse_streams(value: object) -> tuple[int, ...]:
     """Check a list of stream counts; raise `ValueError` saying what is expected when bad.
 
-    A valid value is a non-empty list or tuple of distinct ints >= 1 (bools are not ints).
+    A valid value is a non-empty list or tuple of distinct stream counts, each an int in
+    ``1..msched.MAX_STREAMS`` (`msched.limits.check_num_streams`; bools are not ints).
     """
     usage = "expected a list of distinct stream counts >= 1, e.g. [2, 3]"
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
         raise ValueError(usage)
-    if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in value):
-        raise ValueError(usage)
+    for count in value:
+        try:
+            check_num_streams(count)
+        except InvalidArgumentError as error:
+            raise ValueError(f"{usage} ({error})") from None
     if len(set(value)) != len(value):
         raise ValueError(usage + " (a count is repeated)")
     return tuple(value)

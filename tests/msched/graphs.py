@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+from collections.abc import Iterator
+from types import FrameType
+
 import torch
 from torch.fx import Graph, GraphModule, Node
 
@@ -31,6 +36,35 @@ def eagle3_graph(positional: bool = False) -> tuple[GraphModule, dict[str, Node]
     out = g.call_function(aten.add.Tensor, (c, b))
     g.output(out)
     return module(g), {"h": h, "a": a, "b": b, "capture": cap, "out": out}
+
+
+def cyclic_graph(self_loop: bool = False) -> GraphModule:
+    """``cos = cos(x)``, ``matmul = cos @ cos``, then ``cos`` edited to use ``matmul`` (the
+    cycle ``cos -> matmul -> cos``) or, with ``self_loop``, itself (``cos -> cos``)."""
+    g = Graph()
+    x = g.placeholder("x")
+    cos = g.create_node("call_function", aten.cos.default, (x,), name="cos")
+    matmul = g.create_node("call_function", aten.mm.default, (cos, cos), name="matmul")
+    g.output(matmul)
+    cos.args = (cos,) if self_loop else (matmul,)
+    return module(g)
+
+
+@contextlib.contextmanager
+def within(seconds: float) -> Iterator[None]:
+    """Raise `TimeoutError` in the block when it runs longer than ``seconds`` (a hang becomes
+    a failure).  Uses SIGALRM, so only in the main thread (as pytest and its workers run)."""
+
+    def expire(signum: int, frame: FrameType | None) -> None:
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def eagle3_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

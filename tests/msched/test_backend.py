@@ -18,6 +18,7 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 
 import msched
+from msched import _reinplace
 from msched._reinplace import ReinplaceError, reinplace
 from msched.backend import MschedBackend, Piece, PieceVerificationError, compile_and_run
 from msched.dag import _without_exit_edges
@@ -364,6 +365,156 @@ def test_reinplace_turns_the_hop_into_the_inplace_call() -> None:
     assert torch.equal(gm(x), x * 2.0)
 
 
+# --- re-inplacing: one storage per mutated argument, a fresh one per returned value ---------
+
+
+@torch.library.custom_op("msched_test::write_two", mutates_args=("a", "b"))
+def write_two(a: torch.Tensor, b: torch.Tensor, h: torch.Tensor) -> None:
+    a.add_(h)
+    b.sub_(h)
+
+
+@torch.library.custom_op("msched_test::bump", mutates_args=("buf",))
+def bump(buf: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    buf.add_(h)
+    return buf * h
+
+
+@bump.register_fake
+def _(buf: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(h)
+
+
+class WriteTwoThenEach(torch.nn.Module):
+    """One op writes ``a`` and ``b``; then ``a`` is written and read back through a value the
+    write returns, and ``b`` is written again: every output of a functionalized node is used
+    after a later write to one of its siblings."""
+
+    def forward(self, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        h = x.sin()
+        torch.ops.msched_test.write_two(a, b, h)
+        y = torch.ops.msched_test.bump(a, h)
+        torch.ops.msched_test.scale_into(a, y, 3.0)
+        torch.ops.msched_test.scale_into(b, h + a, 0.5)
+        return y + b
+
+
+def _inputs(*shapes: tuple[int, ...], seed: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(*shape, generator=g) for shape in shapes]
+
+
+def _check_like_eager(model: torch.nn.Module, compiled: Any, inputs: list[torch.Tensor]) -> None:
+    """``compiled`` returns what ``model`` returns and leaves its inputs as ``model`` does."""
+    expected = [t.clone() for t in inputs]
+    with torch.no_grad():
+        want = model(*expected)
+        got = compiled(*inputs)
+    leaves = torch.utils._pytree.tree_leaves
+    for g, w in zip(leaves(got), leaves(want), strict=True):
+        assert torch.equal(g, w)
+    for g, w in zip(inputs, expected, strict=True):
+        assert torch.equal(g, w)
+
+
+@pytest.mark.parametrize("num_streams", [2, 3])
+def test_op_writing_two_arguments_then_each_again_is_reinplaced(num_streams: int) -> None:
+    model = WriteTwoThenEach()
+    shapes = [(4, 8)] * 3
+    b, compiled = compile_and_run(
+        model, _inputs(*shapes, seed=0), msched.backend(num_streams=num_streams)
+    )
+    (piece,) = b.pieces
+    assert "auto_functionalized" not in piece.gm.code and "copy_" not in piece.gm.code
+    x, a, buf = piece.gm.graph.find_nodes(op="placeholder")
+    calls = {
+        str(n.target).split(".")[1]: n
+        for n in piece.gm.graph.nodes
+        if "msched_test" in str(n.target)
+    }
+    assert calls["write_two"].args[:2] == (a, buf)  # each in place, in its own argument
+    assert calls["bump"].args[0] is a
+    assert piece.report is not None and piece.report.ok
+    _check_like_eager(model, compiled, _inputs(*shapes, seed=1))
+
+
+class FusedAddRmsNormLayers(torch.nn.Module):
+    """vLLM's layer pattern: ``fused_add_rms_norm(x, residual)`` writes both, then a linear."""
+
+    def __init__(self, layers: int = 2) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.weight = torch.nn.Parameter(torch.rand(HIDDEN, generator=g) + 0.5, False)
+        self.proj = torch.nn.ModuleList(torch.nn.Linear(HIDDEN, HIDDEN) for _ in range(layers))
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        for proj in self.proj:
+            torch.ops.msched_test.fused_add_rms_norm(x, residual, self.weight, 1e-6)
+            x = proj(x)
+        return x, residual
+
+
+@torch.library.custom_op("msched_test::fused_add_rms_norm", mutates_args=("x", "residual"))
+def fused_add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> None:
+    residual.add_(x)
+    x.copy_(residual * torch.rsqrt(residual.pow(2).mean(-1, keepdim=True) + eps) * weight)
+
+
+@pytest.mark.parametrize("num_streams", [2, 3])
+def test_vllm_fused_add_rms_norm_in_a_loop_is_reinplaced(num_streams: int) -> None:
+    model = FusedAddRmsNormLayers().eval()
+    shapes = [(TOKENS, HIDDEN)] * 2
+    b, compiled = compile_and_run(
+        model, _inputs(*shapes, seed=0), msched.backend(num_streams=num_streams)
+    )
+    (piece,) = b.pieces
+    norms = [n for n in piece.gm.graph.nodes if "fused_add_rms_norm" in str(n.target)]
+    assert len(norms) == 2 and "auto_functionalized" not in piece.gm.code
+    residual = piece.gm.graph.find_nodes(op="placeholder")[2]  # after the norm weight and x
+    assert all(n.args[1] is residual for n in norms)  # the residual stream is one buffer
+    assert piece.report is not None and piece.report.ok
+    _check_like_eager(model, compiled, _inputs(*shapes, seed=1))
+
+
+def test_reinplace_gives_each_mutated_argument_its_storage_and_each_result_a_fresh_one() -> None:
+    g = Graph()
+    x, a, b = g.placeholder("x"), g.placeholder("a"), g.placeholder("b")
+    v2 = torch.ops.higher_order.auto_functionalized_v2
+    both = g.call_function(
+        v2,
+        (torch.ops.msched_test.write_two.default,),
+        {"h": x, "_a_base_index": 0, "_b_base_index": 1, "_all_bases": [a, b]},
+    )
+    new_a, new_b = (g.call_function(operator.getitem, (both, k)) for k in (1, 2))
+    one = g.call_function(
+        v2,
+        (torch.ops.msched_test.bump.default,),
+        {"h": x, "_buf_base_index": 0, "_all_bases": [new_a]},
+    )
+    y, newer_a = (g.call_function(operator.getitem, (one, k)) for k in (0, 1))
+    out = g.call_function(torch.ops.aten.add.Tensor, (y, new_b))  # new_b read after `one`
+    g.call_function(torch.ops.aten.copy_.default, (a, newer_a))
+    g.call_function(torch.ops.aten.copy_.default, (b, new_b))
+    g.output(out)
+    gm = GraphModule(torch.nn.Module(), g)
+
+    calls = [_reinplace._decode(n) for n in (both, one)]
+    storages = _reinplace._storages(g, calls)
+    assert [storages.storage[n] for n in (new_a, new_b, newer_a, y)] == [a, b, a, y]
+    assert [storages.version[n] for n in (new_a, new_b, newer_a, y)] == [new_a, new_b, newer_a, y]
+
+    xs, as_, bs = _inputs((4,), (4,), (4,), seed=0)
+    expected_a, expected_b = as_.clone(), bs.clone()
+    write_two(expected_a, expected_b, xs)
+    expected = bump(expected_a, xs) + expected_b
+    assert reinplace(gm) == 2
+    assert "copy_" not in gm.code
+    assert torch.equal(gm(xs, as_, bs), expected)
+    assert torch.equal(as_, expected_a) and torch.equal(bs, expected_b)
+
+
 class Trainable(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -386,11 +537,22 @@ def test_training_graphs_are_refused() -> None:
         ({"num_streams": 0}, "num_streams"),
         ({"num_streams": True}, "num_streams"),
         ({"split_ops": ["attention"]}, "split_ops"),
+        ({"split_ops": "aten.sin"}, r"split_ops must be a sequence of torch ops.*'aten\.sin'"),
+        ({"split_ops": torch.ops.aten.sin}, "split_ops must be a sequence"),
+        ({"split_ops": []}, "split_ops must name at least one op"),
+        ({"num_streams": 65}, "num_streams must be <= 64"),
+        ({"cost_model": 3}, r"cost_model must have a cost\(node\) method, got int"),
+        ({"cost_model": lambda node: 1.0}, "cost_model"),
     ],
 )
 def test_backend_rejects_bad_arguments(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(msched.InvalidArgumentError, match=match):
         msched.backend(**kwargs)
+
+
+def test_backend_accepts_a_cost_model() -> None:
+    model = msched.DefaultCostModel()
+    assert msched.backend(cost_model=model).config.cost_model is model
 
 
 def test_trace_returns_the_scheduled_pieces_in_order() -> None:
@@ -413,6 +575,131 @@ def test_split_ops_choose_where_to_cut() -> None:
         split_ops=[torch.ops.msched.moe_experts.default],
     )
     assert ["ops.msched.moe_experts" in p.code for p in pieces] == [False, True, False, True, False]
+
+
+# --- piecewise: a view taken before a split and its base stay one storage ------------------
+
+
+@torch.library.custom_op("msched_test::attend_into", mutates_args=("out",))
+def attend_into(q: torch.Tensor, out: torch.Tensor) -> None:
+    out.copy_(q.softmax(-1))
+
+
+@torch.library.custom_op("msched_test::overwrite", mutates_args=("buf",))
+def overwrite(buf: torch.Tensor, h: torch.Tensor) -> None:
+    buf.copy_(h)
+
+
+class ReadViewThenWriteBase(torch.nn.Module):
+    """``kv = cache[0]`` before the split op, read after it, then ``cache`` is written: in the
+    piece after the split, ``kv`` and ``cache`` are two placeholders of one storage."""
+
+    def __init__(self, write: str) -> None:
+        super().__init__()
+        self.write = write
+
+    def forward(self, x: torch.Tensor, cache: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        kv = cache[0]
+        torch.ops.msched_test.attend_into(x.sin(), out)
+        y = torch.mm(kv, kv) * 2
+        if self.write == "mul_":  # AOT: a copy_ write-back into the cache
+            cache.mul_(0.5)
+        else:  # a custom op writing the cache in place
+            torch.ops.msched_test.overwrite(cache, torch.cos(x).expand(2, 4, 4).contiguous())
+        return y
+
+
+_SPLIT_AT_ATTEND = {"piecewise": True, "split_ops": [torch.ops.msched_test.attend_into]}
+
+
+def _view_then_base_inputs(seed: int) -> list[torch.Tensor]:
+    return [*_inputs((4, 4), (2, 4, 4), seed=seed), torch.zeros(4, 4)]
+
+
+def test_piece_inputs_are_labelled_with_their_storage_in_the_unsplit_graph() -> None:
+    model = ReadViewThenWriteBase("mul_")
+    b, _ = compile_and_run(
+        model, _view_then_base_inputs(0), msched.backend(num_streams=2, **_SPLIT_AT_ATTEND)
+    )
+    first, _, last = b.pieces
+    for gm in (last.gm, last.schedule.original):  # scheduling keeps the labels
+        view, base = gm.graph.find_nodes(op="placeholder")
+        assert view.meta["val"].dim() == 2 and base.meta["val"].dim() == 3
+        assert view.meta["msched_storage"] == base.meta["msched_storage"] == base.name
+    labels = [n.meta["msched_storage"] for n in first.gm.graph.find_nodes(op="placeholder")]
+    assert len(set(labels)) == len(labels)  # distinct graph inputs stay distinct storages
+
+
+@pytest.mark.parametrize("write", ["mul_", "custom-op"])
+@pytest.mark.parametrize("num_streams", [2, 3])
+def test_view_read_after_a_split_is_ordered_before_the_write_to_its_base(
+    num_streams: int, write: str
+) -> None:
+    model = ReadViewThenWriteBase(write)
+    b, compiled = compile_and_run(
+        model,
+        _view_then_base_inputs(0),
+        msched.backend(num_streams=num_streams, **_SPLIT_AT_ATTEND),
+    )
+    assert len(b.pieces) == 3
+    for piece in b.pieces:
+        check_verifies(piece, num_streams)
+    _check_like_eager(model, compiled, _view_then_base_inputs(1))
+
+    # The last piece, fed what the runtime feeds it (``cache[0]`` and ``cache``), in every
+    # order the stream ops allow: the read of the view lands before the write of the base.
+    x, cache, out = _view_then_base_inputs(2)
+    want_cache = cache.clone()
+    with torch.no_grad():
+        want = model(x, want_cache, out.clone())
+    last = b.pieces[-1]
+    placeholders = last.gm.graph.find_nodes(op="placeholder")
+    (at,) = [i for i, n in enumerate(placeholders) if n.meta["val"].dim() == 3]
+    of_cache = placeholders[at].meta["msched_storage"]  # the cache's label: its view's too
+    for order in ("late-aux", "early-aux", "random"):
+        base = cache.clone()
+        inputs = [
+            x if n.meta["msched_storage"] != of_cache else base if i == at else base[0]
+            for i, n in enumerate(placeholders)
+        ]
+        run = execute(last.gm, *inputs, order=order)
+        assert torch.equal(run.output, want), order
+        assert torch.equal(run.inputs_at_output[at], want_cache), order
+
+
+# --- split ops that never occur ------------------------------------------------------------
+
+
+class Attention(torch.nn.Module):
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.scaled_dot_product_attention(q.sin(), k, v).cos()
+
+
+def test_split_op_decomposed_by_aot_raises_naming_the_ops_it_became() -> None:
+    q = torch.randn(1, 2, 4, 8)
+    sdpa = torch.ops.aten.scaled_dot_product_attention
+    b = msched.backend(num_streams=2, piecewise=True, split_ops=[sdpa])
+    match = (
+        r"split op aten\.scaled_dot_product_attention never occurs in graph0: AOT autograd "
+        r"decomposed it; ops of the graph that look related: "
+        r"aten\._scaled_dot_product_flash_attention_for_cpu\.default"
+    )
+    with pytest.raises(backend_module.SplitOpNotFoundError, match=match) as info:
+        compile_and_run(Attention(), (q, q, q), b)
+    assert isinstance(info.value, msched.MschedError)
+    # The op the error names is where the graph splits.
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    b = msched.backend(num_streams=2, piecewise=True, split_ops=[flash])
+    compile_and_run(Attention(), (q, q, q), b)
+    assert len(b.pieces) == 3
+
+
+def test_a_graph_without_anything_like_a_split_op_is_one_piece_with_a_warning() -> None:
+    b = msched.backend(num_streams=2, piecewise=True)  # default: msched::attention
+    match = r"calls no split op \(msched\.attention\), so it is one piece; its ops: .*mm"
+    with pytest.warns(backend_module.SplitOpNotFoundWarning, match=match):
+        compile_and_run(ScaleInto(), (torch.randn(4, 8), torch.zeros(4, 8)), b)
+    assert len(b.pieces) == 1
 
 
 _SEEN_RUNTIMES: list[Any] = []
@@ -467,3 +754,26 @@ def test_gpu_benchmark_exits_cleanly_without_cuda(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert _gpu_benchmark().main([]) == 0
     assert "CUDA is not available" in capsys.readouterr().out
+
+
+def _opaque_view(t: torch.Tensor) -> torch.Tensor:  # msched cannot see that it returns a view
+    return t[0]
+
+
+def test_inputs_that_may_alias_in_the_unsplit_graph_share_one_label() -> None:
+    from msched.backend import split_pieces
+
+    g = Graph()
+    x, cache = g.placeholder("x"), g.placeholder("cache")
+    kv = g.call_function(_opaque_view, (cache,))
+    out = g.call_function(torch.ops.msched_test.attend_into.default, (x, x))
+    mm = g.call_function(torch.ops.aten.mm.default, (kv, kv))
+    g.call_function(torch.ops.aten.mul_.Tensor, (cache, 0.5))
+    g.output((mm, out))
+    pieces = split_pieces(GraphModule(torch.nn.Module(), g), (torch.ops.msched_test.attend_into,))
+    last = getattr(pieces, sorted(n for n, _ in pieces.named_children())[-1])
+    labels = {p.target: p.meta["msched_storage"] for p in last.graph.find_nodes(op="placeholder")}
+    assert labels["_opaque_view"] == labels["cache"] == "cache"
+    mul_ = next(n for n in last.graph.nodes if n.target is torch.ops.aten.mul_.Tensor)
+    mm_ = next(n for n in last.graph.nodes if n.target is torch.ops.aten.mm.default)
+    assert "war" in msched.build_dag(last).dependencies(mul_)[mm_]

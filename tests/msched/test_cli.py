@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import msched
 from msched import cli
 
 SMALL = ["--layers", "4", "--captures", "1,3", "--moe", "--streams", "3"]
@@ -127,6 +128,9 @@ def test_explain_a_node_after_a_cross_stream_wait(capsys: pytest.CaptureFixture[
         ["schedule", "--captures", "one"],
         ["explain", "--layers", "4", "--captures", "1,3", "no_such_node"],
         ["explain", "--streams", "-1", "capture_1"],
+        ["schedule", "--streams", "4096"],
+        ["schedule", "--streams", "65"],
+        ["demo", "--out", "/dev/null/pictures"],
         ["frobnicate"],
     ],
 )
@@ -169,3 +173,48 @@ def test_explain_a_wait_names_the_node_it_is_issued_for(
     assert code == 0
     assert out.startswith("wait_event_3: wait e")
     assert "it is issued for " in out and "it orders " in out
+
+
+def test_streams_above_the_bound_say_the_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["schedule", "--streams", "4096"], capsys)
+    assert (code, out) == (2, "")
+    assert err.startswith("msched schedule: error: argument --streams: num_streams must be <= 64")
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("where", ["missing/x.txt", "file/x.txt", "."])
+def test_an_output_that_cannot_be_written_exits_2_naming_it(
+    where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("")
+    path = tmp_path / where
+    code, out, err = run(["schedule", *SMALL, "-o", str(path)], capsys)
+    assert (code, out) == (2, "")
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f"msched schedule: error: cannot write {path}: ")
+    assert any(why in err for why in ("No such file", "Not a directory", "Is a directory"))
+
+
+def test_a_demo_directory_that_cannot_be_made_exits_2_before_scheduling(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "file").write_text("")
+    monkeypatch.setattr(cli, "_demo_rows", lambda progress: pytest.fail("scheduled first"))
+    code, out, err = run(["demo", "--out", str(tmp_path / "file" / "pictures")], capsys)
+    assert (code, out) == (2, "")
+    assert err == (
+        f"msched demo: error: cannot create directory {tmp_path / 'file' / 'pictures'}: "
+        "Not a directory\n"
+    )
+
+
+def test_any_msched_error_exits_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise msched.InvalidGraphError("the graph has a cycle:\n cos -> cos")
+
+    monkeypatch.setattr(cli, "build_and_schedule", broken)
+    code, out, err = run(["schedule", *SMALL], capsys)
+    assert (code, out) == (2, "")
+    assert err == "msched schedule: error: InvalidGraphError: the graph has a cycle: cos -> cos\n"

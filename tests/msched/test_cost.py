@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import operator
 
+import numpy as np
 import pytest
 import torch
 from torch.fx import Graph
@@ -61,3 +62,58 @@ def test_roofline_schedules_a_traced_graph() -> None:
     sched = msched.schedule(gm, 2, cost_model=msched.RooflineCostModel())
     assert sched.num_waits >= 1
     assert torch.equal(gm(x, w), expected)
+
+
+class _Constant:
+    """A cost model that gives every node the same (possibly bad) value."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def cost(self, node: torch.fx.Node) -> object:
+        return self.value
+
+
+BAD_COSTS = [
+    ("x", r"'x' \(str\)"),
+    (float("nan"), r"nan \(float\)"),
+    (-1, r"-1 \(int\)"),
+    (float("inf"), r"inf \(float\)"),
+    (True, r"True \(bool\)"),
+    (None, r"None \(NoneType\)"),
+    (torch.tensor(1.0), r"tensor\(1\.\) \(Tensor\)"),
+    (10**400, r"10+\.\.\.0+ \(int\)"),  # finite, but no float holds it; shown shortened
+]
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    BAD_COSTS,
+    ids=["str", "nan", "negative", "inf", "bool", "none", "tensor", "huge"],
+)
+def test_a_bad_cost_is_an_invalid_argument_naming_node_value_and_model(
+    value: object, shown: str
+) -> None:
+    stack = decoder_stack(1, (0,))
+    before = [(n.name, n.args) for n in stack.gm.graph.nodes]
+    first = next(n for n in stack.gm.graph.nodes if n.op == "call_function")
+    match = f"cost model _Constant gave {shown} for node '{first.name}'; costs must be finite"
+    with pytest.raises(msched.InvalidArgumentError, match=match):
+        msched.schedule(stack.gm, 2, _Constant(value))  # type: ignore[arg-type]
+    assert [(n.name, n.args) for n in stack.gm.graph.nodes] == before
+    with pytest.raises(msched.InvalidArgumentError, match=match):
+        msched.simulate(stack.gm, _Constant(value))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", [0, 3, 2.5, np.float64(1.5), np.int64(2)])
+def test_real_numbers_are_good_costs(value: object) -> None:
+    stack = decoder_stack(1, (0,))
+    sched = msched.schedule(stack.gm, 2, _Constant(value))  # type: ignore[arg-type]
+    assert isinstance(sched.makespan, float) and sched.makespan >= 0.0
+    assert msched.simulate(stack.gm, _Constant(value)).makespan == sched.makespan  # type: ignore[arg-type]
+
+
+def test_simulate_refuses_a_cost_model_without_cost() -> None:
+    stack = decoder_stack(1, (0,))
+    with pytest.raises(msched.InvalidArgumentError, match="must have a cost\\(node\\) method"):
+        msched.simulate(stack.gm, object())  # type: ignore[arg-type]

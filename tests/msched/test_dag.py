@@ -5,8 +5,9 @@ import torch
 from torch.fx import Graph
 
 import msched
+from msched._graphcheck import find_cycle
 
-from .graphs import eagle3_graph, hazard_graph
+from .graphs import cyclic_graph, eagle3_graph, hazard_graph
 
 aten = torch.ops.aten
 
@@ -74,3 +75,27 @@ def test_graph_without_output_is_rejected() -> None:
     g.placeholder("x")
     with pytest.raises(msched.InvalidGraphError, match="no output"):
         msched.build_dag(g)
+
+
+def test_build_dag_names_a_cycle_in_data_flow_order_from_its_first_node() -> None:
+    g = Graph()
+    x = g.placeholder("x")
+    a = g.create_node("call_function", aten.neg.default, (x,), name="a")
+    b = g.create_node("call_function", aten.relu.default, (a,), name="b")
+    c = g.create_node("call_function", aten.cos.default, (b,), name="c")
+    g.output(c)
+    assert find_cycle(g) is None
+    a.args = (c,)  # a uses c: a -> b -> c -> a
+    assert [n.name for n in find_cycle(g) or []] == ["a", "b", "c"]
+    with pytest.raises(msched.InvalidGraphError, match="the graph has a cycle: a -> b -> c -> a "):
+        msched.build_dag(g)
+    with pytest.raises(msched.InvalidGraphError, match="has a cycle: cos -> cos "):
+        msched.build_dag(cyclic_graph(self_loop=True))
+
+
+def test_a_node_used_before_its_definition_is_no_cycle() -> None:
+    gm, nodes = eagle3_graph()
+    nodes["h"].prepend(nodes["a"])  # relu(h) before h: out of order, but acyclic
+    assert find_cycle(gm.graph) is None
+    with pytest.raises(msched.InvalidGraphError, match="which comes after it in the graph"):
+        msched.build_dag(gm)

@@ -98,3 +98,12 @@ def test_dialect_of_explicit_ops_equals_the_default() -> None:
         msched.verify(stack_gm, dialect=explicit)
     with pytest.raises(msched.InvalidArgumentError, match="not an op namespace"):
         Dialect.from_namespace("not a namespace")
+
+
+def test_a_registered_op_namespace_is_a_dialect_by_name() -> None:
+    assert msched.verify(trtllm_schedule(wait_for_a=True), dialect=NAMESPACE).ok
+    report = msched.verify(trtllm_schedule(wait_for_a=False), dialect=NAMESPACE)
+    by_object = msched.verify(
+        trtllm_schedule(wait_for_a=False), dialect=Dialect.from_namespace(NAMESPACE)
+    )
+    assert report.violations == by_object.violations

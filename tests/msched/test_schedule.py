@@ -15,7 +15,7 @@ import msched
 import msched.strategies as mst
 from msched.decoder import decoder_stack
 
-from .graphs import eagle3_graph, eagle3_inputs, hazard_graph
+from .graphs import cyclic_graph, eagle3_graph, eagle3_inputs, hazard_graph, within
 from .hb import happens_before
 
 aten = torch.ops.aten
@@ -269,12 +269,17 @@ def _foreign_input() -> GraphModule:
         (_node_after_output, 2, msched.InvalidGraphError, "nodes after output: capture"),
         (_used_before_defined, 2, msched.InvalidGraphError, "which comes after it in the graph"),
         (_foreign_input, 3, msched.InvalidGraphError, "'stranger', which is not a node of this"),
+        (cyclic_graph, 2, msched.InvalidGraphError, "has a cycle: cos -> matmul -> cos "),
+        (lambda: cyclic_graph(True), 2, msched.InvalidGraphError, "has a cycle: cos -> cos "),
+        (lambda: eagle3_graph()[0], 65, msched.InvalidArgumentError, "must be <= 64, got 65"),
+        (lambda: eagle3_graph()[0], 4096, msched.InvalidArgumentError, "MAX_STREAMS = 64"),
+        (lambda: eagle3_graph()[0], None, msched.InvalidArgumentError, "must be an int"),
     ],
 )
 def test_bad_input_raises_and_leaves_the_graph_untouched(make, streams, error, match) -> None:  # type: ignore[no-untyped-def]
     gm = make()
     before = [(n.name, n.op, n.target, n.args, dict(n.kwargs)) for n in gm.graph.nodes]
-    with pytest.raises(error, match=match):
+    with within(10), pytest.raises(error, match=match):
         msched.schedule(gm, streams)
     assert [(n.name, n.op, n.target, n.args, dict(n.kwargs)) for n in gm.graph.nodes] == before
 
@@ -323,3 +328,11 @@ def test_bad_cost_model_is_rejected_by_name() -> None:
     gm, _ = eagle3_graph()
     with pytest.raises(msched.InvalidArgumentError, match="Negative gave -1.0"):
         msched.schedule(gm, 2, cost_model=Negative())
+
+
+def test_the_most_streams_allowed_schedule_and_verify() -> None:
+    gm, _ = eagle3_graph()
+    sched = msched.schedule(gm, msched.MAX_STREAMS)
+    assert sched.num_streams == msched.MAX_STREAMS
+    report = msched.verify(gm, original=sched.original, num_streams=msched.MAX_STREAMS)
+    assert report.ok, str(report)

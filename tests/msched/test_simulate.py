@@ -11,6 +11,7 @@ from msched.decoder import decoder_stack
 from msched.simulate import happens_before
 from msched.streams import interpret
 
+from .graphs import cyclic_graph, within
 from .hb import happens_before as hb_reader
 from .scheduled import Scheduled, aten, two_streams, two_streams_inputs, unscheduled
 
@@ -194,3 +195,25 @@ def test_timeline_with_a_custom_cost_model() -> None:
     timeline = msched.simulate(two_streams(), Flat())
     assert timeline.makespan == 8.0  # a, c, d, out on stream 0
     assert timeline.total_cost == 12.0  # six compute nodes
+
+
+@pytest.mark.parametrize(
+    ("self_loop", "cycle"), [(False, "cos -> matmul -> cos"), (True, "cos -> cos")]
+)
+def test_execute_and_simulate_refuse_a_cyclic_graph(self_loop: bool, cycle: str) -> None:
+    gm = cyclic_graph(self_loop)
+    before = [(n.name, n.args) for n in gm.graph.nodes]
+    with within(10), pytest.raises(msched.InvalidGraphError, match=f"has a cycle: {cycle} "):
+        msched.execute(gm, torch.randn(2, 2))
+    with within(10), pytest.raises(msched.InvalidGraphError, match=f"has a cycle: {cycle} "):
+        msched.simulate(gm)
+    assert [(n.name, n.args) for n in gm.graph.nodes] == before
+
+
+def test_execute_and_simulate_take_a_dialect_name() -> None:
+    gm = two_streams()
+    run = msched.execute(gm, *two_streams_inputs(), dialect="msched")
+    assert run.order == msched.execute(gm, *two_streams_inputs()).order
+    assert msched.simulate(gm, dialect="msched").makespan == msched.simulate(gm).makespan
+    with pytest.raises(msched.InvalidArgumentError, match="unknown dialect 'nope'"):
+        msched.simulate(gm, dialect="nope")

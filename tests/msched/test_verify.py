@@ -12,6 +12,7 @@ import msched
 from msched.decoder import decoder_stack
 from msched.verify import KINDS, Report, Violation
 
+from .graphs import cyclic_graph, within
 from .scheduled import Scheduled, aten, two_streams, unjoined_aux_start, unscheduled
 
 
@@ -308,3 +309,213 @@ def test_non_graphs_are_rejected(bad: object) -> None:
 def test_num_streams_must_be_a_positive_int(n: object) -> None:
     with pytest.raises(msched.InvalidArgumentError, match="num_streams"):
         msched.verify(two_streams(), num_streams=n)  # type: ignore[arg-type]
+
+
+def captured_then_rogue_zero(rogue_stream: int) -> tuple[GraphModule, GraphModule]:
+    """``h = x @ x``, ``copy_(dest, h)``, ``cos(h)`` scheduled on 2 streams, then a
+    ``zero_(dest)`` that is not in the original added on ``rogue_stream`` right before
+    output, with no synchronisation.  Returns the scheduled module and the original."""
+    g = torch.fx.Graph()
+    x, dest = g.placeholder("x"), g.placeholder("dest")
+    h = g.create_node("call_function", aten.mm.default, (x, x), name="h")
+    g.create_node("call_function", aten.copy_.default, (dest, h), name="capture")
+    g.output(g.create_node("call_function", aten.cos.default, (h,), name="cos"))
+    gm = GraphModule(torch.nn.Module(), g)
+    sched = msched.schedule(gm, 2)
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    with gm.graph.inserting_before(output):
+        gm.graph.call_function(msched.ops.set_stream, (rogue_stream,))
+        gm.graph.create_node("call_function", aten.zero_.default, (dest,), name="rogue")
+        gm.graph.call_function(msched.ops.set_stream, (0,))
+    gm.recompile()
+    return gm, sched.original
+
+
+def test_an_unsynchronised_extra_write_is_an_extra_node_a_race_and_not_joined() -> None:
+    gm, original = captured_then_rogue_zero(rogue_stream=1)
+    capture_stream = msched.streams.interpret(gm).stream_of[
+        next(n for n in gm.graph.nodes if n.name == "capture")
+    ]
+    report = msched.verify(gm, original=original)
+    found = [(v.kind, v.hazard, v.nodes) for v in report.violations]
+    assert found[0] == ("extra-node", None, ("rogue",))
+    assert report.violations[0].message == (
+        "`rogue` is not in the original graph: the schedule added it, and a schedule may add "
+        "only stream ops; remove it (or schedule the graph that contains it)"
+    )
+    assert ("exit-not-joined", None, ("rogue", "output")) in found
+    if capture_stream != 1:  # the capture's write to dest is not ordered before the zero_
+        assert ("race", "waw", ("capture", "rogue")) in found
+    assert "extra-node" not in kinds(msched.verify(gm))  # without original: no node is extra
+
+
+def test_a_race_free_extra_node_is_only_an_extra_node() -> None:
+    gm, original = captured_then_rogue_zero(rogue_stream=0)
+    report = msched.verify(gm, original=original)
+    assert [(v.kind, v.nodes) for v in report.violations] == [("extra-node", ("rogue",))]
+    assert msched.verify(gm).ok  # ordered by the host order on stream 0
+
+
+def test_an_extra_node_read_by_an_original_node_is_ordered_like_it() -> None:
+    gm = two_streams()
+    original = unscheduled(gm)
+    graph = gm.graph
+    a, b = (next(n for n in graph.nodes if n.name == name) for name in ("a", "b"))
+    with graph.inserting_after(a.next):  # after a's record_event: b's wait misses it
+        extra = graph.create_node("call_function", aten.neg.default, (a,), name="extra")
+    b.args = (extra, *b.args[1:])
+    report = msched.verify(gm, original=original)
+    found = [(v.kind, v.hazard, v.nodes) for v in report.violations]
+    assert found[0] == ("extra-node", None, ("extra",))
+    assert ("race", "data", ("extra", "b")) in found
+
+
+def _one_stream(*names: str) -> GraphModule:
+    """Inputs ``x`` and ``dest``, then the named nodes on stream 0 in the given order:
+    ``read`` = ``dest * x``, ``write`` / ``write_again`` = captures of ``x`` into ``dest``."""
+    s = Scheduled()
+    x, dest = s.input("x"), s.input("dest")
+    for name in names:
+        if name == "read":
+            s.op("read", aten.mul.Tensor, dest, x)
+        else:
+            s.capture(name, dest, x)
+    return s.done(x)
+
+
+@pytest.mark.parametrize(
+    ("kind", "program", "message"),
+    [
+        (
+            "raw",
+            ("write", "read"),
+            "`read` on stream 0 reads `dest`, which `write` writes, but `write` (stream 0) is "
+            "issued after it, against program order: issue `write` before `read`",
+        ),
+        (
+            "war",
+            ("read", "write"),
+            "`write` on stream 0 writes `dest`, which `read` reads, but `read` (stream 0) is "
+            "issued after it, against program order: issue `read` before `write`",
+        ),
+        (
+            "waw",
+            ("write", "write_again"),
+            "`write_again` on stream 0 writes `dest` after `write` writes it, but `write` "
+            "(stream 0) is issued after it, against program order: issue `write` before "
+            "`write_again`",
+        ),
+    ],
+)
+def test_a_hazard_issued_against_program_order_has_one_comma(
+    kind: str, program: tuple[str, str], message: str
+) -> None:
+    scheduled = _one_stream(*reversed(program))
+    (v,) = msched.verify(scheduled, original=_one_stream(*program)).violations
+    assert (v.kind, v.hazard, v.nodes) == ("race", kind, program)
+    assert v.message == message
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        (
+            "raw",
+            "`read` on stream 0 reads `dest`, which `write` writes, without waiting for "
+            "`write` on stream 1: record an event after `write` and wait on it on stream 0 "
+            "before `read`",
+        ),
+        (
+            "war",
+            "`write` on stream 1 writes `dest`, which `read` reads, without waiting for "
+            "`read` on stream 0: record an event after `read` and wait on it on stream 1 "
+            "before `write`",
+        ),
+        (
+            "waw",
+            "`write_again` on stream 0 writes `dest` after `write` writes it, without waiting "
+            "for `write` on stream 1: record an event after `write` and wait on it on stream "
+            "0 before `write_again`",
+        ),
+    ],
+)
+def test_the_exact_message_of_an_unsynchronised_hazard(kind: str, message: str) -> None:
+    gm = storage_hazard(kind, synced=False)
+    for report in (msched.verify(gm, original=unscheduled(gm)), msched.verify(gm)):
+        (v,) = report.violations
+        assert v.message == message
+
+
+@pytest.mark.parametrize(
+    ("self_loop", "cycle"), [(False, "cos -> matmul -> cos"), (True, "cos -> cos")]
+)
+@pytest.mark.parametrize("which", ["scheduled", "original"])
+def test_a_cyclic_graph_is_refused_naming_the_cycle(
+    self_loop: bool, cycle: str, which: str
+) -> None:
+    gm = cyclic_graph(self_loop)
+    before = [(n.name, n.args) for n in gm.graph.nodes]
+    where = "the graph" if which == "scheduled" else "the original graph"
+    with (
+        within(10),
+        pytest.raises(msched.InvalidGraphError, match=f"{where} has a cycle: {cycle} "),
+    ):
+        if which == "scheduled":
+            msched.verify(gm)
+        else:
+            msched.verify(two_streams(), original=gm)
+    assert [(n.name, n.args) for n in gm.graph.nodes] == before
+
+
+def test_a_node_used_before_its_definition_is_a_race_not_a_cycle() -> None:
+    gm = two_streams()
+    nodes = {n.name: n for n in gm.graph.nodes}
+    nodes["a"].prepend(nodes["b"])  # b = a @ w is issued before a
+    assert "race" in kinds(msched.verify(gm))
+
+
+@pytest.mark.parametrize("dialect", ["msched", None, msched.Dialect()])
+def test_dialect_by_name(dialect: object) -> None:
+    assert msched.verify(two_streams(), dialect=dialect).ok  # type: ignore[arg-type]
+    assert not msched.verify(two_streams(wait_for_a=False), dialect=dialect).ok  # type: ignore[arg-type]
+
+
+def test_the_trtllm_dialect_by_name_reads_trtllm_op_names() -> None:
+    with pytest.raises(msched.InvalidGraphError, match="read in the trtllm dialect"):
+        msched.verify(two_streams(), dialect="trtllm")
+
+
+@pytest.mark.parametrize(
+    ("dialect", "match"),
+    [
+        ("cuda", r"unknown dialect 'cuda': known dialects are 'msched', 'trtllm'"),
+        ("aten", r"unknown dialect 'aten'"),  # has record_stream, but is no dialect
+        ("", r"unknown dialect ''"),
+        (3, "dialect must be a msched.Dialect, a dialect name or None, got int"),
+        (msched.ops, "got module"),
+    ],
+)
+def test_a_bad_dialect_is_an_invalid_argument(dialect: object, match: str) -> None:
+    with pytest.raises(msched.InvalidArgumentError, match=match):
+        msched.verify(two_streams(), dialect=dialect)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("n", [msched.MAX_STREAMS + 1, 4096])
+def test_num_streams_is_bounded(n: int) -> None:
+    with within(10), pytest.raises(msched.InvalidArgumentError, match="num_streams must be <= 64"):
+        msched.verify(two_streams(), num_streams=n)
+    assert msched.verify(two_streams(), num_streams=msched.MAX_STREAMS).ok
+
+
+def test_a_stream_id_beyond_the_bound_is_refused() -> None:
+    s = Scheduled()
+    x = s.input("x")
+    s.stream(msched.MAX_STREAMS)
+    gm = s.done(x)
+    with (
+        within(10),
+        pytest.raises(
+            msched.InvalidGraphError, match=r"names stream 64, but stream ids are 0\.\.63"
+        ),
+    ):
+        msched.verify(gm)
