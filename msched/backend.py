@@ -19,9 +19,10 @@ For each graph dynamo hands it:
    that calls none of them but calls ops that look related raises `SplitOpNotFoundError`,
    which lists them; a graph with nothing related stays one piece with a
    `SplitOpNotFoundWarning`.  AOT autograd decomposes some ops
-   (``aten.scaled_dot_product_attention`` becomes ``aten._scaled_dot_product_flash_attention_for_cpu`` on CPU and other kernels on
-   CUDA), and which one depends on device and version, so msched does not guess: split at
-   the op the error names.  Every placeholder of every piece gets
+   (``aten.scaled_dot_product_attention`` becomes
+   ``aten._scaled_dot_product_flash_attention_for_cpu`` on CPU and other kernels on CUDA),
+   and which one depends on device and version, so msched does not guess: split at the op
+   the error names.  Every placeholder of every piece gets
    ``meta["msched_storage"]``: the name of the storage root, in the unsplit graph, of the
    value it receives, so inputs of a piece that alias each other (a view taken before a split
    and its base) stay one storage for `msched.effects`.
