@@ -24,7 +24,7 @@ class Schedule:
     """The result of `schedule`: where every node runs, and what it cost.
 
     ``gm`` is the scheduled module (the same object that was passed in).  ``original`` is a
-    copy of the input graph as a GraphModule, for ``msched.verify(gm, original=...)`` and for
+    copy of the input graph as a GraphModule (sharing ``gm``'s parameters and buffers), for ``msched.verify(gm, original=...)`` and for
     running the unscheduled program.  ``makespan`` and ``lower_bound`` are in cost-model
     units; the lower bound is ``max(critical path, total cost / num_streams)``.
     """
@@ -55,7 +55,10 @@ class Schedule:
         """The input graph, unscheduled, as a module of its own.
 
         Built on first use from a snapshot taken before scheduling (about the cost of one
-        ``Graph.graph_copy``), so callers that never look at it do not pay for it.
+        ``Graph.graph_copy``), so callers that never look at it do not pay for it.  The graph
+        is its own; the parameters, buffers and submodules are the scheduled module's (no copy
+        of a model's weights): running one module changes the state the other sees, so save
+        and restore mutated buffers when you run both to compare them.
         """
         return GraphModule(self.gm, self._snapshot.graph(), self.gm.__class__.__name__)
 

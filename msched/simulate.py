@@ -11,6 +11,7 @@ Both read the graph with `msched.streams.interpret`; nodes after ``output`` neve
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -200,13 +201,20 @@ class _Runner(Interpreter):
                 self.env[node] = self.fetch_attr(str(node.target))
 
     def _host_order_values(self) -> dict[Node, Any]:
-        """Values of a plain host-order run on cloned inputs, to shape the garbage."""
+        """Values of a plain host-order run on cloned inputs, to shape the garbage.
+
+        It runs on a copy of the module (so ``call_module`` nodes update the copy's buffers,
+        not the real ones) with the random-number state restored afterwards, so the real run
+        sees each update and each random draw once.
+        """
         if self._host_values is None:
-            other = Interpreter(self.module, garbage_collect_values=False)
-            other.env = {n: _clone(v) for n, v in self.env.items()}
-            for node in happens_before(self.program).nodes:
-                if node is not self.program.output:
-                    other.env[node] = other.run_node(node)
+            cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+            with torch.random.fork_rng(devices=range(torch.cuda.device_count()) if cuda else []):
+                other = Interpreter(copy.deepcopy(self.module), garbage_collect_values=False)
+                other.env = {n: _clone(v) for n, v in self.env.items()}
+                for node in happens_before(self.program).nodes:
+                    if node is not self.program.output:
+                        other.env[node] = other.run_node(node)
             self._host_values = other.env
         return self._host_values
 

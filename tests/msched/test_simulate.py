@@ -217,3 +217,43 @@ def test_execute_and_simulate_take_a_dialect_name() -> None:
     assert msched.simulate(gm, dialect="msched").makespan == msched.simulate(gm).makespan
     with pytest.raises(msched.InvalidArgumentError, match="unknown dialect 'nope'"):
         msched.simulate(gm, dialect="nope")
+
+
+class _CountCalls(torch.nn.Module):
+    """Adds its input's sum to a buffer on every call and draws a random number."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("total", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.total.add_(x.sum())
+        return x * torch.rand(())
+
+
+def test_a_read_before_its_producer_does_not_run_module_state_or_random_numbers_twice() -> None:
+    # Stream 1 reads ``m`` with no wait on its producer, so early-aux reads it before it runs.
+    root = torch.nn.Module()
+    root.count = _CountCalls()
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    m = g.call_module("count", (x,))
+    g.call_function(msched.ops.record_event, (0,))
+    g.call_function(msched.ops.set_stream, (1,))
+    g.call_function(msched.ops.wait_event, (0,))
+    y = g.call_function(aten.cos.default, (m,))
+    g.call_function(msched.ops.record_event, (1,))
+    g.call_function(msched.ops.set_stream, (0,))
+    g.call_function(msched.ops.wait_event, (1,))
+    g.output(y)
+    gm = GraphModule(root, g)
+    m.prepend(next(n for n in g.nodes if n.target is msched.ops.record_event))  # record first
+    gm.recompile()
+    assert not msched.verify(gm).ok  # the race the executor must expose
+    torch.manual_seed(0)
+    msched.execute(gm, torch.ones(3), order="early-aux")
+    after_execute = torch.rand(())
+    torch.manual_seed(0)
+    torch.rand(())  # the module's one draw
+    assert root.count.total.item() == 3.0  # one call's update, not two
+    assert after_execute.item() == torch.rand(()).item()
