@@ -69,6 +69,8 @@ class _OpInfo:
     unknown: bool = False
     # touches state outside the graph's tensors (RNG, unknown code): keeps its order
     world: bool = False
+    # unknown code that can reach any state of the model (hooks): touches every attribute
+    any_state: bool = False
     side_effect: bool = False
     # ``inplace`` parameter (position, name): a truthy value makes it write its first input
     inplace_param: tuple[int, str] | None = None
@@ -85,6 +87,7 @@ class _OpInfo:
             or self.maybe_alias
             or self.unknown
             or self.world
+            or self.any_state
             or self.inplace_param is not None
         )
         object.__setattr__(self, "plain", not special)
@@ -92,6 +95,7 @@ class _OpInfo:
 
 PLAIN = _OpInfo()
 UNKNOWN = _OpInfo(unknown=True, world=True, side_effect=True)
+_HOOKED = _OpInfo(unknown=True, world=True, side_effect=True, any_state=True)
 _VIEW = _OpInfo(view_of_first=True)
 _MAYBE_ALIAS = _OpInfo(maybe_alias=True)
 _WRITES_FIRST = _OpInfo(writes=((0, "self"),), returns_written=True, side_effect=True)
@@ -231,6 +235,17 @@ _BATCH_NORMS: frozenset[type] = frozenset({nn.BatchNorm1d, nn.BatchNorm2d, nn.Ba
 
 # aten ops whose schema hides that the result is a view of the input.
 _UNANNOTATED_VIEWS = frozenset({"aten::_unsafe_view"})
+# aten ops whose schema does not mark arguments they write (running statistics of the
+# normalisations, updated in place when training).
+_UNANNOTATED_WRITES: dict[str, tuple[str, ...]] = {
+    "aten::batch_norm": ("running_mean", "running_var"),
+    "aten::native_batch_norm": ("running_mean", "running_var"),
+    "aten::_batch_norm_impl_index": ("running_mean", "running_var"),
+    "aten::cudnn_batch_norm": ("running_mean", "running_var"),
+    "aten::miopen_batch_norm": ("running_mean", "running_var"),
+    "aten::instance_norm": ("running_mean", "running_var"),
+    "aten::_batch_norm_with_update": ("running_mean", "running_var"),
+}
 # aten ops after which the first argument shares the storage of the second.
 _STORAGE_SWAPS = frozenset({"aten::set_"})
 
@@ -324,7 +339,8 @@ def overload_info(op: Any) -> _OpInfo:
     """The exact facts of one ``OpOverload``, from its schema and the registrations."""
     schema = op._schema
     args = schema.arguments
-    writes = tuple((i, a.name) for i, a in enumerate(args) if _is_written(a))
+    hidden = _UNANNOTATED_WRITES.get(schema.name, ())
+    writes = tuple((i, a.name) for i, a in enumerate(args) if _is_written(a) or a.name in hidden)
     registered = _REGISTERED_MUTATIONS.get(op) or _REGISTERED_MUTATIONS.get(op.overloadpacket)
     if registered:
         writes += tuple((i, a.name) for i, a in enumerate(args) if a.name in registered)
@@ -389,7 +405,8 @@ def schemas_info(schemas: Iterable[Any], random: bool = False) -> _OpInfo:
     multi = returns_written = False
     for schema in schemas:
         args = schema.arguments
-        written = {a.name for a in args if _is_written(a)}
+        hidden = _UNANNOTATED_WRITES.get(schema.name, ())
+        written = {a.name for a in args if _is_written(a) or a.name in hidden}
         for i, a in enumerate(args):
             if a.name in written:
                 writes[(KEYWORD_ONLY if a.kwarg_only else i, a.name)] = None
@@ -558,6 +575,13 @@ def inplace_variant(info: _OpInfo) -> _OpInfo:
                    side_effect=True)  # fmt: skip
 
 
+def _has_hooks(module: nn.Module) -> bool:
+    own = (module._forward_hooks, module._forward_pre_hooks)
+    hooks = torch.nn.modules.module
+    shared = (hooks._global_forward_hooks, hooks._global_forward_pre_hooks)
+    return any(own) or any(shared)
+
+
 def getattr_info(attribute: object) -> _OpInfo:
     """``getattr(tensor, attribute)`` (``x.T``, ``x.shape``, ...)."""
     if attribute in _VIEW_NAMES:
@@ -568,10 +592,17 @@ def getattr_info(attribute: object) -> _OpInfo:
 
 
 def module_info(module: nn.Module) -> _OpInfo:
-    """What calling ``module`` does (``call_module``), from its exact type and attributes."""
+    """What calling ``module`` does (``call_module``), from its exact type and attributes.
+
+    A module with hooks (its own or global ones: a capture, ``spectral_norm``) runs code its
+    type does not show, which can reach any state of the model: unknown, and touching every
+    parameter, buffer and attribute tensor of the model, unless registered pure.
+    """
     kind = type(module)
     if module in _REGISTERED_PURE or kind in _REGISTERED_PURE:
         return PLAIN
+    if _has_hooks(module):
+        return _HOOKED
     if module in _REGISTERED_SIDE_EFFECTS or kind in _REGISTERED_SIDE_EFFECTS:
         return _OpInfo(side_effect=True, world=True)
     if kind in _VIEW_MODULES:

@@ -42,7 +42,6 @@ from msched._targets import (  # noqa: F401  (registries and the view table are 
     _REGISTERED_SIDE_EFFECTS,
     _STORAGE_SWAPS,
     _VIEW_NAMES,
-    KEYWORD_ONLY,
     UNKNOWN,
     _OpInfo,
     function_info,
@@ -102,9 +101,21 @@ def _node_info(node: Node, info: _OpInfo) -> _OpInfo:
 
 
 def _argument(node: Node, position: int, name: str) -> Any:
+    """The value of an argument, passed by position or by name.  torch's Python functions
+    call the first tensor ``input`` where the aten schema calls it ``self``."""
     if 0 <= position < len(node.args):
         return node.args[position]
-    return node.kwargs.get(name)
+    kwargs = node.kwargs
+    if name in kwargs:
+        return kwargs[name]
+    return kwargs.get("input") if name == "self" else None
+
+
+def _first_argument(node: Node) -> Any:
+    """The first argument of a call, passed by position or as ``self=`` / ``input=``."""
+    if node.args:
+        return node.args[0]
+    return _argument(node, 0, "self")
 
 
 def _nodes_in(value: Any) -> Iterable[Node]:
@@ -178,7 +189,7 @@ class _Walk:
         """Record the effects of one call node."""
         info = _node_info(node, info)
         if info.unknown:
-            self._unknown(node)
+            self._unknown(node, info)
         else:
             self.root[node] = self._root_of(node, info)
             self.reads[node] = () if info.view_of_first else self.input_roots(node)
@@ -186,8 +197,9 @@ class _Walk:
                 self.reads[node] += self.expand(self.inputs.module_state(node))
             written = self._written(node, info) if info.writes else ()
             self.writes[node] = written
-            if info.maybe_alias and node.args and isinstance(node.args[0], Node):
-                self._alias(node, (self.root[node.args[0]],))
+            first = _first_argument(node)
+            if info.maybe_alias and isinstance(first, Node):
+                self._alias(node, (self.root[first],))
             if written and info.multi_output:  # out= tensors come back through getitem
                 self._alias(node, written)
             if _is_storage_swap(node):
@@ -197,9 +209,11 @@ class _Walk:
         if info.world:
             self.world.append(node)
 
-    def _unknown(self, node: Node) -> None:
-        """Reads and writes all it receives (and its module's state); may return an alias."""
-        touched = self.input_roots(node) + self._module_state(node)
+    def _unknown(self, node: Node, info: _OpInfo) -> None:
+        """Reads and writes all it receives (and its module's state, or with ``any_state``
+        all of the model's); may return an alias."""
+        state = self.inputs.model_state(node) if info.any_state else self._module_state(node)
+        touched = self.input_roots(node) + state
         self.root[node] = node
         self.reads[node] = touched
         self.writes[node] = touched
@@ -225,8 +239,6 @@ class _Walk:
         targets = [
             root[n] for pos, name in info.writes for n in _nodes_in(_argument(node, pos, name))
         ]
-        if not targets and info.writes and node.op == "call_function" and _positional_self(info):
-            targets = [root[n] for n in _nodes_in(node.kwargs.get("input"))]
         return self.expand(targets)
 
     def _root_of(self, node: Node, info: _OpInfo) -> Node:
@@ -239,7 +251,7 @@ class _Walk:
             for pos, name in info.writes:
                 for value in _nodes_in(_argument(node, pos, name)):
                     return root[value]
-        first = node.args[0] if node.args else None
+        first = _first_argument(node)
         if info.view_of_first and isinstance(first, Node):
             return root[first]
         if len(info.return_alias) == 1 and info.return_alias[0] is not None:
@@ -263,11 +275,6 @@ class _Walk:
             return node
         # An element of a tuple of views, or an index/slice of a tensor: same storage as parent.
         return self.root[parent]
-
-
-def _positional_self(info: _OpInfo) -> bool:
-    positions = [pos for pos, _ in info.writes]
-    return 0 in positions and KEYWORD_ONLY not in positions
 
 
 def _is_storage_swap(node: Node) -> bool:
@@ -305,13 +312,19 @@ class _InputStorages:
                 key = ("attribute", node.target)
             self.root[node] = self.by_key.setdefault(key, node)
 
-    def module_state(self, node: Node) -> tuple[Node, ...]:
-        """The storages of the parameters and buffers of the module ``node`` calls."""
-        target = str(node.target)
+    def module_state(self, node: Node, target: str | None = None) -> tuple[Node, ...]:
+        """The storages of the tensors the module ``node`` calls holds (or the module named
+        ``target``; ``""`` is the owning module)."""
+        target = str(node.target) if target is None else target
         found = self.state.get(target)
         if found is None:
             found = self.state[target] = self._collect_state(node, target)
         return found
+
+    def model_state(self, node: Node) -> tuple[Node, ...]:
+        """Every attribute storage of the graph and every tensor the owning module holds."""
+        attributes = [r for n, r in self.root.items() if n.op == "get_attr"]
+        return tuple(dict.fromkeys([*attributes, *self.module_state(node, "")]))
 
     def _collect_state(self, node: Node, target: str) -> tuple[Node, ...]:
         owner = node.graph.owning_module
@@ -325,6 +338,7 @@ class _InputStorages:
         tensors = [
             *module.named_parameters(prefix=target, remove_duplicate=False),
             *module.named_buffers(prefix=target, remove_duplicate=False),
+            *_plain_tensor_attributes(module, target),
         ]
         for name, tensor in tensors:
             key = _tensor_key(tensor, name)
@@ -339,6 +353,36 @@ def _input_nodes(graph: Graph) -> list[Node]:
     if isinstance(graph, Graph):  # find_nodes keeps graph order within each op
         return [*graph.find_nodes(op="placeholder"), *graph.find_nodes(op="get_attr")]
     return [n for n in graph.nodes if n.op in _INPUT_OPS]
+
+
+# Attributes of every nn.Module that hold its registered state or its hooks, not tensors.
+_MODULE_INTERNALS = frozenset({"_parameters", "_buffers", "_modules", "training"})
+
+
+def _plain_tensor_attributes(module: Any, prefix: str) -> list[tuple[str, torch.Tensor]]:
+    """Tensors a module and its submodules hold outside parameters and buffers: plain
+    attributes, and lists, tuples and dicts of them (``self.kv_cache = [cache]``)."""
+    found: list[tuple[str, torch.Tensor]] = []
+    for path, sub in module.named_modules(prefix=prefix, remove_duplicate=False):
+        for attribute, value in vars(sub).items():
+            if attribute not in _MODULE_INTERNALS and not attribute.endswith("hooks"):
+                name = f"{path}.{attribute}" if path else attribute
+                found.extend(_tensors_in(value, name, depth=3))
+    return found
+
+
+def _tensors_in(value: Any, name: str, depth: int) -> list[tuple[str, torch.Tensor]]:
+    if isinstance(value, torch.Tensor):
+        return [(name, value)]
+    if depth == 0:
+        return []
+    if isinstance(value, (list, tuple)):
+        items: Iterable[tuple[Any, Any]] = enumerate(value)
+    elif isinstance(value, dict):
+        items = value.items()
+    else:
+        return []
+    return [t for key, item in items for t in _tensors_in(item, f"{name}[{key!r}]", depth - 1)]
 
 
 def _attribute_key(owner: Any, target: str) -> Any:
