@@ -29,7 +29,7 @@ from functools import partial
 from torch.fx import Graph, GraphModule
 
 import msched
-from msched.decoder import decoder_stack
+from msched.testing.decoders import decoder_stack
 
 STREAM_OPS = set(msched.ops.STREAM_OPS)
 

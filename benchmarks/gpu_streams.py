@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import statistics
 import sys
 import time
@@ -33,11 +32,10 @@ from typing import Any
 
 import torch
 
-from msched.dag import _without_exit_edges
-from msched.decoder import TinyDecoder
-from msched.runtime import StreamRuntime
-
-backend_module = importlib.import_module("msched.backend")  # the module, not msched.backend()
+from msched.analysis.dag import _without_exit_edges
+from msched.compile import compiler as backend_module
+from msched.compile.runtime import StreamRuntime
+from msched.testing.decoders import TinyDecoder
 
 
 class DelayedAuxRuntime(StreamRuntime):

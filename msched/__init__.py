@@ -7,10 +7,10 @@ input is emitted before ``output`` and joined on the caller's stream.  See DESIG
 from __future__ import annotations
 
 from msched import ops
-from msched.backend import backend, trace
-from msched.cost import CostModel, DefaultCostModel, RooflineCostModel
-from msched.dag import Dag, build_dag
-from msched.effects import register_mutation, register_pure, register_side_effect
+from msched.analysis.cost import CostModel, DefaultCostModel, RooflineCostModel
+from msched.analysis.dag import Dag, build_dag
+from msched.analysis.effects import register_mutation, register_pure, register_side_effect
+from msched.compile.compiler import backend, trace
 from msched.errors import (
     InvalidArgumentError,
     InvalidGraphError,
@@ -18,10 +18,10 @@ from msched.errors import (
     ScheduleVerificationError,
 )
 from msched.limits import MAX_STREAMS
-from msched.schedule import Schedule, schedule
-from msched.simulate import Execution, Timeline, execute, simulate
-from msched.streams import Dialect
-from msched.verify import Report, Violation, verify
+from msched.proof.dialects import Dialect
+from msched.proof.executor import Execution, Timeline, execute, simulate
+from msched.proof.verifier import Report, Violation, verify
+from msched.scheduling.pipeline import Schedule, schedule
 
 __all__ = [
     "MAX_STREAMS",

@@ -21,14 +21,14 @@ from typing import NoReturn, TextIO
 from torch.fx import GraphModule, Node
 
 import msched
-from msched import render
-from msched.cost import CostModel, DefaultCostModel, RooflineCostModel
-from msched.decoder import DecoderStack, decoder_stack
+from msched.analysis.cost import CostModel, DefaultCostModel, RooflineCostModel
 from msched.errors import InvalidArgumentError, MschedError, ScheduleVerificationError
 from msched.limits import MAX_STREAMS, check_num_streams, positive_int
-from msched.schedule import Schedule
-from msched.streams import Step
-from msched.verify import Report
+from msched.pictures import render
+from msched.proof.dialects import Step
+from msched.proof.verifier import Report
+from msched.scheduling.pipeline import Schedule
+from msched.testing.decoders import DecoderStack, decoder_stack
 
 FORMATS = ("text", "json", "dot", "trace", "svg")
 _RENDERERS = {

@@ -8,7 +8,7 @@
 | ``msched::record_stream(Tensor t, int stream)`` | ``t`` is used on ``stream`` (allocator) |
 
 They are registered as side-effectful with ``torch.fx`` so that ``eliminate_dead_code`` keeps
-them, and they act on `msched.runtime.current_runtime()`: no-ops on CPU.
+them, and they act on `msched.compile.runtime.current_runtime()`: no-ops on CPU.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch.fx.node import has_side_effect
 
-from msched.runtime import current_runtime
+from msched.compile.runtime import current_runtime
 
 _lib = torch.library.Library("msched", "FRAGMENT")
 _lib.define("set_stream(int stream) -> ()")

@@ -1,7 +1,7 @@
 """Excerpts of a scheduled graph for failure messages: a few lines around the problem.
 
 Lines are in host (emission) order, one per node, with the stream the node is issued on as
-read by `msched.streams.interpret`, in the layout of the snapshot text::
+read by `msched.proof.dialects.interpret`, in the layout of the snapshot text::
 
       s0 |   mul_tensor_86 = aten.mul.Tensor(mul_tensor_85, final_ln)
     > s1 |   capture_11 = msched.inplace_slice_copy.default(dest=dest, ...)
@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from torch.fx import GraphModule, Node
 
 from msched import MschedError
-from msched.render import step_text
-from msched.streams import Step, interpret
+from msched.pictures.render import step_text
+from msched.proof.dialects import Step, interpret
 
 RADIUS = 3
 

@@ -18,9 +18,9 @@ import pytest
 from torch.fx import GraphModule
 
 from msched import Schedule, schedule
-from msched.cost import CostModel
-from msched.render import render_dot, render_trace
-from msched.verify import verify
+from msched.analysis.cost import CostModel
+from msched.pictures.render import render_dot, render_trace
+from msched.proof.verifier import verify
 from pytest_msched._excerpt import excerpt
 
 WORKER_OUTPUT_KEY = "msched_stats"

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
-from msched.streams import interpret
-from msched.verify import run_clocks, verify
+from msched.proof.dialects import interpret
+from msched.proof.verifier import run_clocks, verify
 from pytest_msched._excerpt import excerpt, streams_of
 
 

@@ -1,6 +1,6 @@
 """Fixtures around ``torch.compile`` with `msched.backend`; each wraps a plain msched function.
 
-- ``traced_decoder``: a factory of `msched.traced.TracedDecoder` — a `TinyDecoder` compiled
+- ``traced_decoder``: a factory of `msched.compile.traced.TracedDecoder` — a `TinyDecoder` compiled
   with ``msched.backend(num_streams, piecewise, ...)`` for the test's ``num_streams``, its
   scheduled pieces, what each piece was called with, and the eager reference results.
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from msched.traced import TracedDecoder, trace_decoder
+from msched.compile.traced import TracedDecoder, trace_decoder
 
 # Compiling a 12-layer decoder takes seconds: one per stream count and arguments per session.
 _TRACED_KEY = pytest.StashKey[dict[Any, TracedDecoder]]()

@@ -17,9 +17,9 @@ from syrupy.assertion import SnapshotAssertion
 from torch.fx import GraphModule
 
 import msched
-from msched.cost import CostModel
-from msched.decoder import DecoderStack
-from msched.decoder import decoder_stack as build_decoder_stack
+from msched.analysis.cost import CostModel
+from msched.testing.decoders import DecoderStack
+from msched.testing.decoders import decoder_stack as build_decoder_stack
 from pytest_msched._options import SETTINGS_KEY
 from pytest_msched._params import requested_count
 from pytest_msched._state import SCHEDULES_KEY, STATS_KEY, schedule_and_verify

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from torch.fx import Graph, GraphModule, Node
 
 import msched
-from msched.dag import WAW, build_dag
-from msched.emit import relink
-from msched.streams import interpret
+from msched.analysis.dag import WAW, build_dag
+from msched.proof.dialects import interpret
+from msched.scheduling.emit import relink
 
 from .hb import happens_before
 

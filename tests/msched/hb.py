@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from torch.fx import GraphModule, Node
 
-from msched.streams import interpret
+from msched.proof.dialects import interpret
 
 
 @dataclass(frozen=True)

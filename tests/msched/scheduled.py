@@ -8,8 +8,8 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 
 import msched
-import msched.decoder  # noqa: F401  (registers msched::inplace_slice_copy)
-from msched.streams import Dialect
+import msched.testing.decoders  # noqa: F401  (registers msched::inplace_slice_copy)
+from msched.proof.dialects import Dialect
 
 aten = torch.ops.aten
 capture_op = torch.ops.msched.inplace_slice_copy.default

@@ -573,6 +573,168 @@ class ForeachEMA(nn.Module):
         return side, before, self.ema_b @ self.w
 
 
+class BatchNormByAten(nn.Module):
+    """``torch.batch_norm(..., training=True, ...)`` called positionally, as code ported from
+    TorchScript does: it updates the running stats, which its aten schema does not declare."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gamma = nn.Parameter(torch.rand(D) + 0.5)
+        self.beta = nn.Parameter(torch.randn(D))
+        self.register_buffer("mu", torch.randn(D))
+        self.register_buffer("var", torch.rand(D) + 0.5)
+        self.w = nn.Parameter(torch.randn(D, D) / D**0.5)
+
+    def forward(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        side = tower(y, self.w)
+        before = self.mu @ self.w + self.var @ self.w
+        normed = torch.batch_norm(
+            x, self.gamma, self.beta, self.mu, self.var, True, 0.1, 1e-5, False
+        )
+        after = self.w @ self.mu + self.w @ self.var
+        return side, before, normed, after
+
+
+class InstanceNormTrackedStats(nn.Module):
+    """``torch.instance_norm(use_input_stats=True)`` with running stats (what
+    ``nn.InstanceNorm1d(track_running_stats=True)`` lowers to): the stats are updated in
+    place, undeclared by the aten schema; an EMA of them is read before and after."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("stat_mean", torch.zeros(D))
+        self.register_buffer("stat_var", torch.ones(D))
+        self.w = nn.Parameter(torch.randn(D, D) / D**0.5)
+
+    def forward(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        side = tower(y, self.w)
+        before = self.w @ self.stat_var
+        normed = torch.instance_norm(
+            x[None], None, None, self.stat_mean, self.stat_var,
+            use_input_stats=True, momentum=0.3, eps=1e-5, cudnn_enabled=False,
+        )  # fmt: skip
+        after = self.stat_mean @ self.w + self.w @ self.stat_var
+        return side, before, normed[0], after
+
+
+class HiddenStateCaptureHook(nn.Module):
+    """Eagle3-style capture with ``register_forward_hook``: a hook on one decoder layer (an
+    ``nn.Linear``) copies its output into the ``aux_hidden`` buffer, which the draft head
+    reads before (last step's states) and after the layer ran."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(D, D) for _ in range(2))
+        self.register_buffer("aux_hidden", torch.randn(D, D))
+        self.draft = nn.Linear(D, D, bias=False)
+        self.w = nn.Parameter(torch.randn(D, D) / D**0.5)
+        self.layers[1].register_forward_hook(self._capture)
+
+    def _capture(self, module: nn.Module, args: tuple[Tensor, ...], output: Tensor) -> None:
+        self.aux_hidden.copy_(output)
+
+    def forward(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        side = tower(y, self.w)
+        stale = self.draft(self.aux_hidden)
+        h = x
+        for layer in self.layers:
+            h = torch.tanh(layer(h))
+        return side, stale, h, self.draft(self.aux_hidden)
+
+
+class CalibrationPreHook(nn.Module):
+    """An activation observer (quantisation calibration) as a forward *pre*-hook on an
+    ``nn.Linear``: it folds the input's absolute maximum into the ``amax`` buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(D, D)
+        self.register_buffer("amax", torch.rand(D))
+        self.w = nn.Parameter(torch.randn(D, D) / D**0.5)
+        self.proj.register_forward_pre_hook(self._observe)
+
+    def _observe(self, module: nn.Module, args: tuple[Tensor, ...]) -> None:
+        self.amax.copy_(torch.maximum(self.amax, args[0].abs().amax(0)))
+
+    def forward(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        side = tower(y, self.w)
+        before = self.w @ self.amax
+        out = self.proj(x)
+        return side, before, out, self.amax @ self.w
+
+
+class SpectralNormDiscriminator(nn.Module):
+    """A GAN discriminator with ``spectral_norm(nn.Linear)`` in training mode, applied to a
+    real batch and to a generated one: each call's pre-hook runs a power iteration step
+    that updates ``weight_u`` in place, so the second call sees the first call's update."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.critic = nn.utils.spectral_norm(nn.Linear(D, D))
+        self.w = nn.Parameter(torch.randn(D, D) / D**0.5)
+
+    def forward(self, noise: Tensor, real: Tensor) -> tuple[Tensor, Tensor]:
+        fake = tower(noise, self.w)
+        return self.critic(real), self.critic(fake)
+
+
+class PagedAttentionLayer(nn.Module):
+    """vLLM-style attention: the engine binds the KV cache as a plain attribute list
+    (``self.kv_cache = [cache]``), not a buffer; the layer writes the new keys into their
+    slots in place.  Kept as ``call_module`` (``leaves=``)."""
+
+    def __init__(self, cache: Tensor) -> None:
+        super().__init__()
+        self.kv_cache = [cache]
+
+    def forward(self, k: Tensor, slots: Tensor) -> Tensor:
+        cache = self.kv_cache[0]
+        cache.index_copy_(0, slots, k)
+        return (k @ cache.T).softmax(-1) @ cache
+
+
+class EngineBoundKVCache(nn.Module):
+    """The parent owns the cache as a buffer and hands it to its attention layer; it reads
+    the cache through the buffer before and after the layer wrote it (the write waits for
+    the matmul tower that computes the keys)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("kv_cache", torch.randn(D, D))
+        self.attn = PagedAttentionLayer(self.kv_cache)
+        self.k_proj = nn.Linear(D, D, bias=False)
+        self.w = nn.Parameter(torch.randn(D, D) / D**0.5)
+
+    def forward(self, x: Tensor, y: Tensor, slots: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        before = self.kv_cache @ self.w  # the cache as the last step left it
+        h = tower(x, self.w)  # the layer's hidden states: the keys come late
+        out = self.attn(self.k_proj(h[:2]), slots)
+        return before, out, self.w @ self.kv_cache + y
+
+
+def _xy_slots() -> tuple[Tensor, Tensor, Tensor]:
+    return _randn(D, D, seed=10), _randn(D, D, seed=11), torch.tensor([5, 2])
+
+
+class NarrowKeywordKVCache(nn.Module):
+    """A preallocated KV cache handed in by the engine, written with
+    ``torch.narrow(input=cache, ...).copy_(k)`` (the tensor passed by keyword), then read
+    by attention; the previous step's cache is read before the write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.k_proj = nn.Linear(D, D, bias=False)
+        self.w = nn.Parameter(torch.randn(D, D) / D**0.5)
+
+    def forward(self, x: Tensor, y: Tensor, k_cache: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        side = tower(y, self.w)
+        old = k_cache.sum(0)
+        k = self.k_proj(x[:3])
+        torch.narrow(input=k_cache, dim=0, start=4, length=3).copy_(k)
+        scores = (x @ k_cache.T).softmax(-1)
+        return side, old, scores @ k_cache
+
+
 # --- random numbers -----------------------------------------------------------------------
 
 
@@ -790,6 +952,20 @@ _WRITES: tuple[tuple[str, Callable[[Tensor, Tensor], object]], ...] = (
     ("fx_wrap_returns_a_view", lambda x, y: first_row(x).mul_(2)),
     ("x.__iadd__", lambda x, y: x.__iadd__(y)),
     ("x.__setitem__(tensor)", lambda x, y: x.__setitem__(torch.tensor([0, 5]), y[:2])),
+    # view functions given their tensor by keyword
+    (
+        "torch.narrow(input=x).copy_",
+        lambda x, y: torch.narrow(input=x, dim=1, start=2, length=3).copy_(y[:, :3]),
+    ),
+    ("torch.select(input=x).mul_", lambda x, y: torch.select(input=x, dim=0, index=1).mul_(2)),
+    (
+        "torch.transpose(input=x).add_",
+        lambda x, y: torch.transpose(input=x, dim0=0, dim1=1).add_(y),
+    ),
+    (
+        "torch.unsqueeze(input=x).mul_",
+        lambda x, y: torch.unsqueeze(input=x, dim=0).mul_(y[:1, :, None]),
+    ),
 )
 
 CASES: tuple[Case, ...] = (
@@ -822,6 +998,13 @@ CASES: tuple[Case, ...] = (
     Case("lora_merge_into_linear", LoRAMerge, _xy),
     Case("eval_batchnorm_stats_updated", EvalBatchNormStatsUpdated, _xy),
     Case("foreach_ema_buffers", ForeachEMA, _xy),
+    Case("torch.batch_norm_positional_train", BatchNormByAten, _xy),
+    Case("torch.instance_norm_running_stats", InstanceNormTrackedStats, _xy),
+    Case("forward_hook_captures_hidden", HiddenStateCaptureHook, _xy),
+    Case("forward_pre_hook_observer", CalibrationPreHook, _xy),
+    Case("spectral_norm_train_twice", SpectralNormDiscriminator, _xy),
+    Case("leaf_plain_attr_kv_cache", EngineBoundKVCache, _xy_slots, leaves=(PagedAttentionLayer,)),
+    Case("kv_cache_narrow_by_keyword", NarrowKeywordKVCache, _abc),
     Case("nn.ReLU(inplace=True)", InplaceReLU, _xy),
     Case("nn.Hardtanh(inplace=True)", InplaceHardtanh, _xy),
     Case("nn.SiLU(inplace=True)", InplaceSiLUModule, _xy),

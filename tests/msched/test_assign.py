@@ -4,8 +4,8 @@ import torch
 from torch.fx import Graph
 
 import msched
-from msched.assign import _Lane, assign_streams, bottom_levels
-from msched.decoder import decoder_stack
+from msched.scheduling.assign import _Lane, assign_streams, bottom_levels
+from msched.testing.decoders import decoder_stack
 
 from .graphs import eagle3_graph, module
 

@@ -7,7 +7,6 @@ also keeps the number of compilations fixed under ``pytest -n``.
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import operator
 from pathlib import Path
@@ -18,18 +17,18 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 
 import msched
-from msched import _reinplace
-from msched._reinplace import ReinplaceError, reinplace
-from msched.backend import MschedBackend, Piece, PieceVerificationError, compile_and_run
-from msched.dag import _without_exit_edges
-from msched.decoder import TinyDecoder
-from msched.effects import _REGISTERED_MUTATIONS, _REGISTERED_SIDE_EFFECTS
-from msched.simulate import execute
-from msched.traced import TracedDecoder, record_piece_inputs, trace_decoder
-from msched.verify import verify
+from msched.analysis.dag import _without_exit_edges
+from msched.analysis.effects import _REGISTERED_MUTATIONS, _REGISTERED_SIDE_EFFECTS
+from msched.compile import _reinplace, compiler
+from msched.compile._reinplace import ReinplaceError, reinplace
+from msched.compile.compiler import MschedBackend, Piece, PieceVerificationError, compile_and_run
+from msched.compile.traced import TracedDecoder, record_piece_inputs, trace_decoder
+from msched.proof.executor import execute
+from msched.proof.verifier import verify
+from msched.testing.decoders import TinyDecoder
 
 # The module, not the function `msched.backend` that shadows it as an attribute of msched.
-backend_module = importlib.import_module("msched.backend")
+backend_module = compiler
 CAPTURE = torch.ops.msched.inplace_slice_copy.default
 CONFIGS = [(s, p) for s in (1, 2, 3) for p in (False, True)]
 CONFIG_IDS = [f"streams{s}-{'piecewise' if p else 'whole'}" for s, p in CONFIGS]
@@ -707,7 +706,7 @@ _SEEN_RUNTIMES: list[Any] = []
 
 @torch.library.custom_op("msched_test::probe_runtime", mutates_args=())
 def probe_runtime(x: torch.Tensor) -> torch.Tensor:
-    _SEEN_RUNTIMES.append(msched.runtime.current_runtime())
+    _SEEN_RUNTIMES.append(msched.compile.runtime.current_runtime())
     return x.clone()
 
 
@@ -729,7 +728,7 @@ def test_compiled_call_runs_inside_its_own_runtime() -> None:
         compiled(torch.randn(3))
     (graph,) = b.graphs
     assert _SEEN_RUNTIMES == [graph.runtime] * 2
-    assert msched.runtime.current_runtime() is not graph.runtime
+    assert msched.compile.runtime.current_runtime() is not graph.runtime
     assert graph.runtime.num_streams_created == 0  # CPU: no-ops
 
 
@@ -761,7 +760,7 @@ def _opaque_view(t: torch.Tensor) -> torch.Tensor:  # msched cannot see that it 
 
 
 def test_inputs_that_may_alias_in_the_unsplit_graph_share_one_label() -> None:
-    from msched.backend import split_pieces
+    from msched.compile.compiler import split_pieces
 
     g = Graph()
     x, cache = g.placeholder("x"), g.placeholder("cache")

@@ -9,7 +9,7 @@ from torch.fx import Graph
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import msched
-from msched.decoder import decoder_stack
+from msched.testing.decoders import decoder_stack
 
 aten = torch.ops.aten
 

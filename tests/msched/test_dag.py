@@ -5,7 +5,7 @@ import torch
 from torch.fx import Graph
 
 import msched
-from msched._graphcheck import find_cycle
+from msched.analysis._graphcheck import find_cycle
 
 from .graphs import cyclic_graph, eagle3_graph, hazard_graph
 

@@ -7,7 +7,7 @@ import torch
 from torch.fx import GraphModule
 
 import msched
-from msched.streams import Dialect
+from msched.proof.dialects import Dialect
 
 from .scheduled import Scheduled, aten, unjoined_aux_start
 

@@ -7,7 +7,7 @@ import torch
 from torch.fx import Graph
 
 import msched
-from msched.effects import compute_effects, produces_tensor
+from msched.analysis.effects import compute_effects, produces_tensor
 
 from .graphs import capture_op, eagle3_graph, module
 
@@ -141,8 +141,8 @@ def test_register_pure_makes_an_unknown_function_plain() -> None:
     try:
         eff = compute_effects(gm.graph)
     finally:
-        msched.effects._REGISTERED_PURE.discard(_opaque)
-        msched.effects._OP_INFO_CACHE.clear()
+        msched.analysis.effects._REGISTERED_PURE.discard(_opaque)
+        msched.analysis.effects._OP_INFO_CACHE.clear()
     n = _by_name(gm)
     assert eff.writes[n["_opaque"]] == () and eff.root[n["_opaque"]] is n["_opaque"]
     assert eff.writes[n["mul_"]] == (n["_opaque"],)
@@ -185,8 +185,8 @@ def test_modules_unknown_by_default_and_register_pure_accepts_types_and_instance
     try:
         after = compute_effects(gm.graph)
     finally:
-        msched.effects._REGISTERED_PURE.discard(target)
-        msched.effects._OP_INFO_CACHE.clear()
+        msched.analysis.effects._REGISTERED_PURE.discard(target)
+        msched.analysis.effects._OP_INFO_CACHE.clear()
     assert after.writes[n["mystery"]] == () and after.writes[n["relu"]] == (n["mystery"],)
 
 

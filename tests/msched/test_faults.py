@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from torch.fx import GraphModule
 
 import msched
-import msched.strategies as mst
-from msched.decoder import decoder_stack
+import msched.testing.strategies as mst
+from msched.testing.decoders import decoder_stack
 
 from .faults import (
     FAULTS,

@@ -7,9 +7,9 @@ import torch
 from torch.fx import Graph
 
 import msched
-from msched.decoder import decoder_stack
-from msched.effects import produces_tensor
-from msched.lifetimes import unsafe_cross_stream_uses
+from msched.analysis.effects import produces_tensor
+from msched.analysis.lifetimes import unsafe_cross_stream_uses
+from msched.testing.decoders import decoder_stack
 
 from .graphs import module
 from .hb import happens_before

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import msched
-from msched.decoder import decoder_stack
 from msched.limits import MAX_STREAMS, check_num_streams, positive_int
+from msched.testing.decoders import decoder_stack
 from pytest_msched._options import parse_streams
 
 

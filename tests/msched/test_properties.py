@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from torch.fx import GraphModule
 
 import msched
-import msched.strategies as mst
+import msched.testing.strategies as mst
 
 from .faults import copy_module
 

@@ -13,9 +13,9 @@ from collections import Counter
 import pytest
 
 import msched
-from msched import render
-from msched.decoder import decoder_stack
-from msched.streams import interpret
+from msched.pictures import render
+from msched.proof.dialects import interpret
+from msched.testing.decoders import decoder_stack
 
 _SVG = "{http://www.w3.org/2000/svg}"
 
@@ -85,8 +85,8 @@ def test_render_rejects_what_is_not_a_schedule_or_module() -> None:
 
 _SCRIPT = """
 import json, msched
-from msched import render
-from msched.decoder import decoder_stack
+from msched.pictures import render
+from msched.testing.decoders import decoder_stack
 s = msched.schedule(decoder_stack(3, (0, 2), moe=True).gm, 3)
 print(json.dumps({f: getattr(render, "render_" + f)(s) for f in ("text", "json", "trace", "svg",
       "dot")}))

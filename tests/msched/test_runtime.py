@@ -1,4 +1,4 @@
-"""`msched.runtime.StreamRuntime`: no-ops on CPU; on CUDA (a fake ``torch.cuda`` here) real
+"""`msched.compile.runtime.StreamRuntime`: no-ops on CPU; on CUDA (a fake ``torch.cuda`` here) real
 streams and events per runtime, created lazily, with stream 0 the caller's stream."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import msched
-from msched.decoder import decoder_stack
-from msched.runtime import StreamRuntime, current_runtime
+from msched.compile.runtime import StreamRuntime, current_runtime
+from msched.testing.decoders import decoder_stack
 
 
 class FakeStream:

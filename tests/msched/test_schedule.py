@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import importlib
 import os
 import subprocess
 import sys
@@ -12,8 +11,9 @@ from hypothesis import given
 from torch.fx import GraphModule
 
 import msched
-import msched.strategies as mst
-from msched.decoder import decoder_stack
+import msched.testing.strategies as mst
+from msched.scheduling import pipeline
+from msched.testing.decoders import decoder_stack
 
 from .graphs import cyclic_graph, eagle3_graph, eagle3_inputs, hazard_graph, within
 from .hb import happens_before
@@ -211,7 +211,7 @@ def _first_node_per_stream(gm: GraphModule, hb) -> dict[int, str]:  # type: igno
 SCRIPT = textwrap.dedent(
     """
     import msched
-    from msched.decoder import decoder_stack
+    from msched.testing.decoders import decoder_stack
     stack = decoder_stack(6, (1, 3, 5), moe=True)
     msched.schedule(stack.gm, 3)
     print(stack.gm.code)
@@ -300,7 +300,7 @@ def test_already_scheduled_graph_is_rejected() -> None:
 
 
 def test_failure_while_rewriting_restores_the_graph(monkeypatch: pytest.MonkeyPatch) -> None:
-    module = importlib.import_module("msched.schedule")
+    module = pipeline
     gm, _ = eagle3_graph()
     before, code = names(gm), gm.code
 

@@ -7,9 +7,9 @@ import torch
 from torch.fx import GraphModule
 
 import msched
-from msched.decoder import decoder_stack
-from msched.simulate import happens_before
-from msched.streams import interpret
+from msched.proof.dialects import interpret
+from msched.proof.executor import happens_before
+from msched.testing.decoders import decoder_stack
 
 from .graphs import cyclic_graph, within
 from .hb import happens_before as hb_reader

@@ -28,8 +28,8 @@ from torch import Tensor, nn
 from torch.fx import GraphModule
 
 import msched
-from msched.backend import Piece
-from msched.traced import record_piece_inputs
+from msched.compile.compiler import Piece
+from msched.compile.traced import record_piece_inputs
 
 from .faults import inject
 from .soundness_cases import CASES, Case, build, fx_trace

@@ -9,8 +9,8 @@ import torch
 from torch.fx import GraphModule
 
 import msched
-from msched.decoder import decoder_stack
-from msched.verify import KINDS, Report, Violation
+from msched.proof.verifier import KINDS, Report, Violation
+from msched.testing.decoders import decoder_stack
 
 from .graphs import cyclic_graph, within
 from .scheduled import Scheduled, aten, two_streams, unjoined_aux_start, unscheduled
@@ -333,7 +333,7 @@ def captured_then_rogue_zero(rogue_stream: int) -> tuple[GraphModule, GraphModul
 
 def test_an_unsynchronised_extra_write_is_an_extra_node_a_race_and_not_joined() -> None:
     gm, original = captured_then_rogue_zero(rogue_stream=1)
-    capture_stream = msched.streams.interpret(gm).stream_of[
+    capture_stream = msched.proof.dialects.interpret(gm).stream_of[
         next(n for n in gm.graph.nodes if n.name == "capture")
     ]
     report = msched.verify(gm, original=original)

@@ -7,8 +7,8 @@ import torch
 from syrupy.terminal import disable_color
 
 import msched
-from msched.decoder import decoder_stack
-from msched.render import render_text
+from msched.pictures.render import render_text
+from msched.testing.decoders import decoder_stack
 from pytest_msched import (
     ScheduledGraphExtension,
     assert_exit_waits_on,

@@ -29,10 +29,10 @@ from typing import Any
 from torch.fx import Graph, Node
 
 from msched import ops
-from msched.assign import Assignment
-from msched.dag import Dag
-from msched.effects import produces_tensor
-from msched.lifetimes import unsafe_cross_stream_uses
+from msched.analysis.dag import Dag
+from msched.analysis.effects import produces_tensor
+from msched.analysis.lifetimes import unsafe_cross_stream_uses
+from msched.scheduling.assign import Assignment
 
 _INPUT_OPS = ("placeholder", "get_attr")
 

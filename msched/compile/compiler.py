@@ -46,15 +46,15 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.split_module import split_module
 
-from msched import decoder  # noqa: F401  (defines msched::attention, the default split op)
-from msched._reinplace import reinplace
-from msched.cost import CostModel, check_cost_model
-from msched.effects import STORAGE_META, Effects, compute_effects
+from msched.analysis.cost import CostModel, check_cost_model
+from msched.analysis.effects import STORAGE_META, Effects, compute_effects
+from msched.compile._reinplace import reinplace
+from msched.compile.runtime import StreamRuntime
 from msched.errors import InvalidArgumentError, MschedError, ScheduleVerificationError
 from msched.limits import check_num_streams
-from msched.runtime import StreamRuntime
-from msched.schedule import Schedule, schedule
-from msched.verify import Report, verify
+from msched.proof.verifier import Report, verify
+from msched.scheduling.pipeline import Schedule, schedule
+from msched.testing import decoders as decoder  # noqa: F401  (defines msched::attention, the default split op)
 
 
 class PieceVerificationError(ScheduleVerificationError):

@@ -1,8 +1,8 @@
 """Pictures of a scheduled graph: canonical text, JSON, Graphviz DOT, Perfetto trace, SVG.
 
 Every renderer accepts a `msched.Schedule` or a scheduled ``GraphModule`` and reads the graph
-with `msched.streams.interpret` (host order, stream of every node, event ids).  Times come from
-the Schedule's assignment when given a Schedule whose streams issue their nodes in order of
+with `msched.proof.dialects.interpret` (host order, stream of every node, event ids).  Times
+come from the Schedule's assignment when given a Schedule whose streams issue their nodes in order of
 those times (always, except with one stream, where `msched.schedule` keeps the input order),
 and otherwise from the timeline simulator (`msched.simulate`) under ``cost_model`` (default:
 the table model).  A stream op happens when its stream reaches it.
@@ -25,10 +25,10 @@ from typing import Any
 import torch
 from torch.fx import Graph, GraphModule, Node
 
-from msched.cost import CostModel, DefaultCostModel
+from msched.analysis.cost import CostModel, DefaultCostModel
 from msched.errors import InvalidArgumentError
-from msched.schedule import Schedule
-from msched.streams import Step, StreamProgram, interpret
+from msched.proof.dialects import Step, StreamProgram, interpret
+from msched.scheduling.pipeline import Schedule
 
 __all__ = [
     "format_number",
@@ -110,7 +110,7 @@ def _schedule_view(sched: Schedule, cost_model: CostModel) -> View:
     else:
         # With one stream `schedule` keeps the input order, which the assignment's times
         # (list-scheduled) do not follow; the picture must show the program that runs.
-        from msched.simulate import simulate
+        from msched.proof.executor import simulate
 
         timeline = simulate(sched.gm, cost_model)
         start, finish = _stream_op_times(program, timeline.start, timeline.end)
@@ -142,7 +142,7 @@ def _follows_host_order(program: StreamProgram, start: dict[Node, float]) -> boo
 
 
 def _module_view(gm: GraphModule, cost_model: CostModel) -> View:
-    from msched.simulate import simulate
+    from msched.proof.executor import simulate
 
     program = interpret(gm)
     timeline = simulate(gm, cost_model)
@@ -442,7 +442,7 @@ def dependencies_by_name(obj: Schedule | GraphModule) -> dict[str, dict[str, set
         raise InvalidArgumentError(
             f"expected a Schedule or a GraphModule, got {type(obj).__name__}"
         )
-    from msched.dag import build_dag
+    from msched.analysis.dag import build_dag
 
     dag = build_dag(graph)
     return {n.name: {d.name: r for d, r in dag.dependencies(n).items()} for n in dag.nodes}

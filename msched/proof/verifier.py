@@ -6,7 +6,7 @@ scheduled graph the way the GPU would run it and checks every ordering the progr
 
 Algorithm:
 
-1. Read the graph in host order (`msched.streams.interpret`).  Nodes after ``output`` never
+1. Read the graph in host order (`msched.proof.dialects.interpret`).  Nodes after ``output`` never
    run: each is an ``after-output`` violation and takes no further part.  A node that uses
    a node of another graph is a ``missing-node`` violation (its code reads an undefined name).
 2. Walk the host order with one vector clock per stream.  Compute node ``k`` of stream ``s``
@@ -14,7 +14,7 @@ Algorithm:
    ``wait_event`` joins the last snapshot of that event (``unrecorded-event`` when there is
    none).  Graph inputs carry the stamp ``(0, 0)``: they are ready on stream 0 only, so an
    auxiliary stream must join stream 0 before its first node.
-3. The orderings the program needs come from the original graph's `msched.dag.Dag` (nodes
+3. The orderings the program needs come from the original graph's `msched.analysis.dag.Dag` (nodes
    matched by name; ``missing-node`` / ``duplicate-node`` / ``extra-node`` when the node sets
    differ) or, without ``original``, from the same rules applied to the scheduled host order.
    Every compute node that runs is ordered: a node that is not in ``original`` takes its
@@ -41,8 +41,8 @@ from typing import cast
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_arg
 
-from msched._graphcheck import check_acyclic
-from msched.dag import (
+from msched.analysis._graphcheck import check_acyclic
+from msched.analysis.dag import (
     DATA,
     RAW,
     WAR,
@@ -52,11 +52,11 @@ from msched.dag import (
     dependency_edges,
     exit_dependencies,
 )
-from msched.effects import Effects, compute_effects, produces_tensor
+from msched.analysis.effects import Effects, compute_effects, produces_tensor
+from msched.analysis.lifetimes import UnsafeUse, unsafe_cross_stream_uses
 from msched.errors import ScheduleVerificationError
-from msched.lifetimes import UnsafeUse, unsafe_cross_stream_uses
 from msched.limits import check_num_streams
-from msched.streams import Dialect, StreamProgram, graph_of, interpret
+from msched.proof.dialects import Dialect, StreamProgram, graph_of, interpret
 
 KINDS = (
     "after-output",
@@ -183,10 +183,10 @@ def verify(
     ``original`` is the unscheduled graph (``Schedule.original``); without it, the orderings
     are inferred from ``gm``'s own host order.  ``dialect`` says which ops are the stream ops:
     a `msched.Dialect`, a name (``"msched"``, the default, or ``"trtllm"``) or an op namespace
-    that defines them (`msched.streams.as_dialect`).  With ``num_streams`` (an int in
+    that defines them (`msched.proof.dialects.as_dialect`).  With ``num_streams`` (an int in
     ``1..msched.MAX_STREAMS``), stream ids outside ``range(num_streams)`` are ``bad-stream``
     violations.  Raises `msched.InvalidGraphError` for graphs that cannot be read (a cycle;
-    see also `msched.streams.interpret`) and `msched.InvalidArgumentError` for bad arguments.
+    see also `msched.proof.dialects.interpret`) and `msched.InvalidArgumentError` for bad arguments.
 
     Report kinds (`KINDS`): ``after-output``, ``missing-node`` (an original node the schedule
     dropped, or an input from another graph), ``duplicate-node`` (an original node repeated),
@@ -348,7 +348,7 @@ def _unrecorded(program: StreamProgram, node: Node, s: int, event: int, found: _
 def host_order_dependencies(
     order: Iterable[Node], effects: Effects, output: Node
 ) -> dict[Node, dict[Node, int]]:
-    """The `msched.dag.Dag` rules applied to ``order`` (compute nodes in host order).
+    """The `msched.analysis.dag.Dag` rules applied to ``order`` (compute nodes in host order).
 
     Returns ``{node: {dependency: reason bits}}`` with data, RAW, WAR, WAW and exit edges,
     where program order is the given order; stream ops must not be in ``order``.

@@ -6,7 +6,7 @@ stream ops guarantee (program order per stream, plus record/wait edges), chosen 
 unhelpful as the guarantees allow, so a missing wait becomes a wrong number.  `simulate` gives
 the timeline of the same streams under a cost model.
 
-Both read the graph with `msched.streams.interpret`; nodes after ``output`` never run.
+Both read the graph with `msched.proof.dialects.interpret`; nodes after ``output`` never run.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ import torch
 from torch.fx import Graph, GraphModule, Interpreter, Node
 from torch.utils._pytree import tree_map
 
-from msched._graphcheck import check_acyclic
-from msched.assign import lower_bound
-from msched.cost import CostModel, DefaultCostModel, check_cost_model, checked_cost
-from msched.effects import compute_effects
+from msched.analysis._graphcheck import check_acyclic
+from msched.analysis.cost import CostModel, DefaultCostModel, check_cost_model, checked_cost
+from msched.analysis.effects import compute_effects
 from msched.errors import InvalidArgumentError
-from msched.streams import Dialect, StreamProgram, graph_of, interpret
-from msched.verify import host_order_dependencies
+from msched.proof.dialects import Dialect, StreamProgram, graph_of, interpret
+from msched.proof.verifier import host_order_dependencies
+from msched.scheduling.assign import lower_bound
 
 ORDERS = ("late-aux", "early-aux", "random")
 _INPUT_OPS = ("placeholder", "get_attr")
@@ -49,7 +49,7 @@ class HappensBefore:
 
 
 def happens_before(program: StreamProgram) -> HappensBefore:
-    """Build the `HappensBefore` DAG of a program read by `msched.streams.interpret`.
+    """Build the `HappensBefore` DAG of a program read by `msched.proof.dialects.interpret`.
 
     A ``record_event`` stands for the last node of its stream plus everything that stream has
     waited for since (pending joins); a ``wait_event`` hands those to the next node of the

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch.fx import Graph, Node
 
-from msched._targets import (  # noqa: F401  (registries and the view table are re-exported)
+from msched.analysis._targets import (  # noqa: F401  (registries and the view table are re-exported)
     _OP_INFO_CACHE,
     _REGISTERED_MUTATIONS,
     _REGISTERED_PURE,

@@ -2,7 +2,7 @@
 
 The plain logic behind the ``traced_decoder`` fixture of the pytest plugin: it works without
 pytest.  Besides the scheduled pieces it records what each piece was called with, so a test
-can run a piece again on its own, for example with `msched.simulate.execute` in an
+can run a piece again on its own, for example with `msched.proof.executor.execute` in an
 adversarial stream order.
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from msched.backend import MschedBackend, Piece, backend, compile_and_run
-from msched.decoder import TinyDecoder
+from msched.compile.compiler import MschedBackend, Piece, backend, compile_and_run
 from msched.errors import InvalidArgumentError
+from msched.testing.decoders import TinyDecoder
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch.fx import Graph, GraphModule, Node
 
-from msched.effects import compute_effects
+from msched.analysis.effects import compute_effects
 from msched.errors import MschedError
 
 aten = torch.ops.aten

@@ -25,8 +25,8 @@ from functools import cached_property
 
 from torch.fx import Graph, GraphModule, Node
 
-from msched._graphcheck import check_acyclic
-from msched.effects import Effects, compute_effects
+from msched.analysis._graphcheck import check_acyclic
+from msched.analysis.effects import Effects, compute_effects
 from msched.errors import InvalidArgumentError, InvalidGraphError
 
 DATA, RAW, WAR, WAW, EXIT = 1, 2, 4, 8, 16

@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch.fx import Node
 
-from msched.effects import _VIEW_NAMES, _op_info
+from msched.analysis.effects import _VIEW_NAMES, _op_info
 from msched.errors import InvalidArgumentError
 
 

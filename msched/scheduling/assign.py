@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from torch.fx import Node
 
-from msched.cost import CostModel, checked_cost
-from msched.dag import Dag
+from msched.analysis.cost import CostModel, checked_cost
+from msched.analysis.dag import Dag
 
 _INPUT_OPS = ("placeholder", "get_attr")
 
@@ -166,7 +166,7 @@ def serial_assignment(dag: Dag, cost_model: CostModel) -> Assignment:
 
 
 def _costs(dag: Dag, model: CostModel) -> dict[Node, float]:
-    """Every node's cost (`msched.cost.checked_cost`); graph inputs and ``output`` cost
+    """Every node's cost (`msched.analysis.cost.checked_cost`); graph inputs and ``output`` cost
     nothing."""
     cost: dict[Node, float] = {}
     out, cost_of = dag.output, model.cost

@@ -11,12 +11,12 @@ from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_arg
 
 from msched import ops
-from msched.assign import Assignment, assign_streams, serial_assignment
-from msched.cost import CostModel, DefaultCostModel, check_cost_model
-from msched.dag import Dag, build_dag
-from msched.emit import plan_emission, relink
+from msched.analysis.cost import CostModel, DefaultCostModel, check_cost_model
+from msched.analysis.dag import Dag, build_dag
 from msched.errors import InvalidArgumentError, InvalidGraphError
 from msched.limits import check_num_streams
+from msched.scheduling.assign import Assignment, assign_streams, serial_assignment
+from msched.scheduling.emit import plan_emission, relink
 
 
 @dataclass(frozen=True)
@@ -24,9 +24,10 @@ class Schedule:
     """The result of `schedule`: where every node runs, and what it cost.
 
     ``gm`` is the scheduled module (the same object that was passed in).  ``original`` is a
-    copy of the input graph as a GraphModule (sharing ``gm``'s parameters and buffers), for ``msched.verify(gm, original=...)`` and for
-    running the unscheduled program.  ``makespan`` and ``lower_bound`` are in cost-model
-    units; the lower bound is ``max(critical path, total cost / num_streams)``.
+    copy of the input graph as a GraphModule (sharing ``gm``'s parameters and buffers), for
+    ``msched.verify(gm, original=...)`` and for running the unscheduled program.
+    ``makespan`` and ``lower_bound`` are in cost-model units; the lower bound is
+    ``max(critical path, total cost / num_streams)``.
     """
 
     gm: GraphModule
@@ -125,7 +126,7 @@ def schedule(
     Why: the graph exit depends on the last write of every in-place target, so captures into
     a graph input (Eagle3) are emitted before ``output`` and joined on the caller's stream.
 
-    1. Build the `msched.dag.Dag` (data, RAW, WAR, WAW and exit edges); a cyclic graph is
+    1. Build the `msched.analysis.dag.Dag` (data, RAW, WAR, WAW and exit edges); a cyclic graph is
        an `msched.InvalidGraphError` naming the cycle.
     2. Assign streams by critical-path list scheduling (`msched.assign`).
     3. Plan the emitted order with the stream ops (`msched.emit`), then relink the graph and
