@@ -1,11 +1,11 @@
 """Pictures of a scheduled graph: canonical text, JSON, Graphviz DOT, Perfetto trace, SVG.
 
-Every renderer accepts a `msched.Schedule` or a scheduled ``GraphModule`` and reads the graph
-with `msched.proof.dialects.interpret` (host order, stream of every node, event ids).  Times
-come from the Schedule's assignment when given a Schedule whose streams issue their nodes in
-order of those times (always, except with one stream, where `msched.schedule` keeps the input order),
-and otherwise from the timeline simulator (`msched.simulate`) under ``cost_model`` (default:
-the table model).  A stream op happens when its stream reaches it.
+Every renderer accepts a `msched.Schedule` or a scheduled ``GraphModule`` and reads the
+graph with `msched.proof.dialects.interpret` (host order, stream of every node, event ids).
+Times come from the Schedule's assignment when given a Schedule whose streams issue their
+nodes in order of those times (always, except with one stream, where `msched.schedule` keeps
+the input order), and otherwise from the timeline simulator (`msched.simulate`) under
+``cost_model`` (default: the table model). A stream op happens when its stream reaches it.
 
 Every output is deterministic: the same graph gives byte-identical text regardless of
 ``PYTHONHASHSEED`` or process.  Nothing is ordered by hashing, no object address is printed,
