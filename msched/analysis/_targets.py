@@ -76,21 +76,23 @@ class _OpInfo:
     inplace_param: tuple[int, str] | None = None
     # derived: fresh storage, no writes, no side effect (reads its inputs and nothing more)
     plain: bool = field(init=False, default=False)
+    # derived: like ``plain``, but a side effect (stream ops, ``print``): must run
+    plain_side_effect: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         single_alias = len(self.return_alias) == 1 and self.return_alias[0] is not None
         special = (
             self.writes
             or self.view_of_first
-            or self.side_effect
             or single_alias
             or self.maybe_alias
             or self.unknown
-            or self.world
             or self.any_state
             or self.inplace_param is not None
         )
-        object.__setattr__(self, "plain", not special)
+        plain = not (special or self.side_effect or self.world)
+        object.__setattr__(self, "plain", plain)
+        object.__setattr__(self, "plain_side_effect", not special and self.side_effect)
 
 
 PLAIN = _OpInfo()

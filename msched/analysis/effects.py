@@ -209,6 +209,12 @@ class _Walk:
         if info.world:
             self.world.append(node)
 
+    def side_effect(self, node: Node, info: _OpInfo) -> None:
+        """Record that ``node`` must run (and keep its order when it touches the world)."""
+        self.side.append(node)
+        if info.world:
+            self.world.append(node)
+
     def _unknown(self, node: Node, info: _OpInfo) -> None:
         """Reads and writes all it receives (and its module's state, or with ``any_state``
         all of the model's); may return an alias."""
@@ -300,17 +306,19 @@ class _InputStorages:
         self.by_key: dict[Any, Node] = {}
         self.root: dict[Node, Node] = {}
         self.state: dict[str, tuple[Node, ...]] = {}
-        for node in _input_nodes(graph):
-            label = node.meta.get(STORAGE_META) if node.meta else None
-            if label is not None:
-                key: Any = ("label", label)
-            elif node.op == "placeholder":
-                key = node
-            elif by_storage:  # ``graph`` may be a list of another graph's nodes: ask the node
+        root, by_key = self.root, self.by_key
+        for node in _input_nodes(graph, "placeholder"):
+            label = node.meta.get(STORAGE_META)
+            root[node] = node if label is None else by_key.setdefault(("label", label), node)
+        attributes = _input_nodes(graph, "get_attr")
+        if by_storage:  # ``graph`` may be a list of another graph's nodes: ask each node
+            for node in attributes:
                 key = _attribute_key(node.graph.owning_module, str(node.target))
-            else:
-                key = ("attribute", node.target)
-            self.root[node] = self.by_key.setdefault(key, node)
+                root[node] = by_key.setdefault(key, node)
+        else:  # by name, the common case: one dict entry per attribute name
+            by_name: dict[Any, Node] = {}
+            for node in attributes:
+                root[node] = by_name.setdefault(node.target, node)
 
     def module_state(self, node: Node, target: str | None = None) -> tuple[Node, ...]:
         """The storages of the tensors the module ``node`` calls holds (or the module named
@@ -348,11 +356,11 @@ class _InputStorages:
         return tuple(dict.fromkeys(roots))
 
 
-def _input_nodes(graph: Graph) -> list[Node]:
-    """The placeholders, then the ``get_attr`` nodes of ``graph``, each in graph order."""
-    if isinstance(graph, Graph):  # find_nodes keeps graph order within each op
-        return [*graph.find_nodes(op="placeholder"), *graph.find_nodes(op="get_attr")]
-    return [n for n in graph.nodes if n.op in _INPUT_OPS]
+def _input_nodes(graph: Graph, op: str) -> list[Node]:
+    """The nodes of ``graph`` whose op is ``op`` (placeholders or attributes), in order."""
+    if isinstance(graph, Graph):  # find_nodes keeps graph order
+        return list(graph.find_nodes(op=op))
+    return [n for n in graph.nodes if n.op == op]
 
 
 # Attributes of every nn.Module that hold its registered state or its hooks, not tensors.
@@ -438,7 +446,9 @@ def _compute(graph: Graph, by_storage: bool) -> Effects:
             if op == "call_function" and node.target is not getitem:
                 info = cache.get(node.target) or _op_info(node)  # getattr: per attribute
                 assert info is not None
-                if info.plain:  # the common case: fresh storage, reads its inputs
+                if info.plain or info.plain_side_effect:  # fresh storage, reads its inputs
+                    if info.plain_side_effect:  # stream ops, prints: they must run
+                        walk.side_effect(node, info)
                     root[node] = node
                     inputs = node._input_nodes  # torch.fx's own dict of a node's inputs
                     if aliases:
