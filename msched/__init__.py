@@ -15,11 +15,16 @@ from msched.errors import (
     InvalidArgumentError,
     InvalidGraphError,
     MschedError,
+    PieceVerificationError,
+    ReinplaceError,
     ScheduleVerificationError,
+    SplitOpNotFoundError,
+    SplitOpNotFoundWarning,
 )
 from msched.limits import MAX_STREAMS
 from msched.proof.dialects import Dialect
-from msched.proof.executor import Execution, Timeline, execute, simulate
+from msched.proof.executor import Execution, execute
+from msched.proof.timeline import Timeline, simulate
 from msched.proof.verifier import Report, Violation, verify
 from msched.scheduling.pipeline import Schedule, schedule
 
@@ -33,10 +38,14 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidGraphError",
     "MschedError",
+    "PieceVerificationError",
+    "ReinplaceError",
     "Report",
     "RooflineCostModel",
     "Schedule",
     "ScheduleVerificationError",
+    "SplitOpNotFoundError",
+    "SplitOpNotFoundWarning",
     "Timeline",
     "Violation",
     "backend",

@@ -1,11 +1,12 @@
 """The ``msched`` command: ``demo``, ``schedule`` and ``explain`` on reference decoder stacks.
 
-Every subcommand builds a synthetic decoder stack (`msched.decoder.decoder_stack`), schedules
-it with `msched.schedule` and reads the result with `msched.render`.  Wrong arguments, any
+Every subcommand builds a synthetic decoder stack (`msched.testing.decoders.decoder_stack`),
+schedules it with `msched.schedule` and reads the result with `msched.pictures` (the
+renderers, and `msched.pictures.explain` for ``explain``).  Wrong arguments, any
 `msched.MschedError` and a file that cannot be written print one line (``msched <command>:
 error: ...``) to stderr and exit with status 2; a graph that fails verification exits with
-status 1.  Progress goes to stderr, only when it is a terminal and the
-graph is big, so piped output stays clean.
+status 1.  Progress goes to stderr, only when it is a terminal and the graph is big, so piped
+output stays clean.
 """
 
 from __future__ import annotations
@@ -18,13 +19,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, TextIO
 
-from torch.fx import GraphModule, Node
+from torch.fx import Node
 
 import msched
-from msched.analysis.cost import CostModel, DefaultCostModel, RooflineCostModel
+from msched.analysis.cost import CostModel, DefaultCostModel, RooflineCostModel, op_category
+from msched.analysis.nodes import node_named
 from msched.errors import InvalidArgumentError, MschedError, ScheduleVerificationError
 from msched.limits import MAX_STREAMS, check_num_streams, positive_int
-from msched.pictures import render
+from msched.pictures.dot import render_dot
+from msched.pictures.explain import explain_lines
+from msched.pictures.json_doc import render_json
+from msched.pictures.labels import format_number
+from msched.pictures.svg import render_svg
+from msched.pictures.text import render_text, step_text
+from msched.pictures.trace import render_trace
+from msched.pictures.view import View, host_index, joining_wait, view_of
 from msched.proof.dialects import Step
 from msched.proof.verifier import Report
 from msched.scheduling.pipeline import Schedule
@@ -32,11 +41,11 @@ from msched.testing.decoders import DecoderStack, decoder_stack
 
 FORMATS = ("text", "json", "dot", "trace", "svg")
 _RENDERERS = {
-    "text": render.render_text,
-    "json": render.render_json,
-    "dot": render.render_dot,
-    "trace": render.render_trace,
-    "svg": render.render_svg,
+    "text": render_text,
+    "json": render_json,
+    "dot": render_dot,
+    "trace": render_trace,
+    "svg": render_svg,
 }
 _PROGRESS_NODES = 2000  # below this a run takes well under a second: no progress needed
 DEMO_LAYERS, DEMO_CAPTURES, DEMO_STREAMS, DEMO_LANE_LAYER = 12, (1, 5, 11), (1, 2, 3), 5
@@ -245,210 +254,7 @@ def verify_schedule(sched: Schedule) -> Report:
 
 
 # ---------------------------------------------------------------------------------------------
-# explain
-
-
-@dataclass(frozen=True)
-class _Explained:
-    """What `explain` needs: the view, the schedule, dependencies by name and nodes by name."""
-
-    v: render.View
-    sched: Schedule
-    deps: dict[str, dict[str, set[str]]]
-    nodes: dict[str, Node]
-
-    def stream(self, node: Node) -> int:
-        return self.v.program.stream_of[node]
-
-    def reasons(self, reasons: set[str]) -> str:
-        return ",".join(r for r in ("data", "raw", "war", "waw", "exit") if r in reasons)
-
-
-def _find_node(gm: GraphModule, name: str, captures: Sequence[Node]) -> Node:
-    for node in gm.graph.nodes:
-        if node.name == name:
-            return node
-    hint = ", ".join(c.name for c in captures) or "none"
-    raise UsageError(f"no node named {name!r} in the scheduled graph (captures: {hint})")
-
-
-def _placement_lines(e: _Explained, node: Node) -> list[str]:
-    """Why ``node`` is on its stream, following the rules of `msched.assign`."""
-    a, s = e.sched.assignment, e.stream(node)
-    if node is e.v.program.output:
-        return [
-            "output always runs on stream 0, the caller's stream, once stream 0 has "
-            "joined every dependency of the exit."
-        ]
-    if node.op in ("placeholder", "get_attr"):
-        return ["graph inputs and weights are ready on stream 0, the caller's stream."]
-    deps = [e.nodes[d] for d in e.deps[node.name]]
-    last = max(
-        deps, key=lambda d: (a.finish[d], d.op not in ("placeholder", "get_attr")), default=None
-    )
-    est = a.finish[last] if last is not None else 0.0
-    if last is None:
-        return [f"it has no dependencies; stream {s} is idle at 0."]
-    lead = (
-        f"its dependency {last.name} finishes last, at {render.format_number(est)}, "
-        f"on stream {e.stream(last)}"
-    )
-    if a.finish[node] == a.start[node]:
-        return [f"it costs nothing, and zero-cost nodes follow their producer: {lead}."]
-    if s == e.stream(last) and a.start[node] == est:
-        return [f"{lead}; it stays on that stream, which is idle then (fewer events)."]
-    busy = _busy_at(e, e.stream(last), est)
-    why_not = f"stream {e.stream(last)} is busy then" + (f" running {busy.name}" if busy else "")
-    when = render.format_number(a.start[node])
-    return [f"{lead}; {why_not}, and stream {s} is the first free for it (starts at {when})."]
-
-
-def _busy_at(e: _Explained, stream: int, t: float) -> Node | None:
-    a = e.sched.assignment
-    for node in a.order:
-        if a.stream[node] == stream and a.start[node] <= t < a.finish[node]:
-            return node
-    return None
-
-
-def _dependency_lines(e: _Explained, node: Node) -> list[str]:
-    s = e.stream(node)
-    lines = []
-    for name, reasons in sorted(e.deps[node.name].items(), key=lambda kv: host(e, kv[0])):
-        dep = e.nodes[name]
-        ds = e.stream(dep)
-        if ds == s:
-            how = "same stream, earlier in its order"
-        else:
-            wait = render.joining_wait(e.v, dep, s)
-            how = f"joined by {_wait_name(e, wait)}" if wait is not None else "NOT JOINED"
-        lines.append(f"  {name:<24} stream {ds}  {e.reasons(reasons):<9} {how}")
-    return lines or ["  (none)"]
-
-
-def host(e: _Explained, name: str) -> int:
-    return render.host_index(e.v, e.nodes[name])
-
-
-def _wait_name(e: _Explained, wait: Node) -> str:
-    use = render.event_of(e.v, wait)
-    return f"wait e{use.event} ({wait.name}, stream {e.stream(wait)})"
-
-
-def _waits_before(e: _Explained, node: Node) -> list[Node]:
-    """The waits in the run of stream ops right before ``node`` on its stream."""
-    steps = e.v.program.steps
-    i = render.host_index(e.v, node)
-    found = []
-    while i > 0 and steps[i - 1].kind != "compute":
-        i -= 1
-        if steps[i].kind == "wait_event":
-            found.append(steps[i].node)
-    return found[::-1]
-
-
-def _wait_lines(e: _Explained, node: Node) -> list[str]:
-    lines = []
-    for wait in _waits_before(e, node):
-        use = render.event_of(e.v, wait)
-        if use.record is None:
-            lines.append(f"  wait e{use.event}: never recorded")
-            continue
-        r = e.stream(use.record)
-        s = e.stream(node)
-        covered = [
-            f"{d} ({e.reasons(rs)})"
-            for d, rs in e.deps[node.name].items()
-            if render.joining_wait(e.v, e.nodes[d], s) is wait
-        ]
-        head = f"  wait e{use.event}: recorded on stream {r} by {use.record.name}"
-        if covered:
-            lines.append(f"{head}; it orders {', '.join(covered)} before {node.name}")
-        elif use.event == 0:
-            lines.append(
-                f"{head} after the preamble; stream {e.stream(node)} joins stream 0 "
-                "before its first node, because graph inputs are ready only there"
-            )
-        else:
-            lines.append(f"{head}; it orders that stream's earlier work before {node.name}")
-    return lines or ["  (none: every dependency is on its stream or was joined earlier)"]
-
-
-def _dependent_lines(e: _Explained, node: Node) -> list[str]:
-    s = e.stream(node)
-    lines = []
-    for name, deps in e.deps.items():
-        reasons = deps.get(node.name)
-        if reasons is None:
-            continue
-        user = e.nodes[name]
-        us = e.stream(user)
-        wait = render.joining_wait(e.v, node, us) if us != s else None
-        how = (
-            "same stream"
-            if us == s
-            else (f"joined by {_wait_name(e, wait)}" if wait is not None else "NOT JOINED")
-        )
-        lines.append(f"  {name:<24} stream {us}  {e.reasons(reasons):<9} {how}")
-        if "exit" in reasons:
-            lines.append(
-                f"    exit dependency: the graph may not return before {node.name} has "
-                "run, so whoever reads its result after the call sees it"
-            )
-    return lines or ["  (none)"]
-
-
-def _stream_op_lines(e: _Explained, node: Node) -> list[str]:
-    """For a stream op: what it does, and which node it is issued for (or who waits on it)."""
-    steps = e.v.program.steps
-    i = render.host_index(e.v, node)
-    step = steps[i]
-    head = [f"{node.name}: {render.step_text(step)}, a stream op issued on stream {step.stream}"]
-    if step.kind == "record_event":
-        use = next(u for u in e.v.events if u.record is node)
-        waits = ", ".join(f"{w.name} (stream {e.stream(w)})" for w in use.waits) or "nothing"
-        return [*head, f"  waited on by {waits}"]
-    following = (t.node for t in steps[i + 1 :] if t.kind == "compute" and t.stream == step.stream)
-    user = next(following, None)
-    if user is None:
-        return head
-    return [
-        *head,
-        f"  it is issued for {user.name}; the waits right before it:",
-        *_wait_lines(e, user),
-    ]
-
-
-def explain_lines(run: Scheduled, name: str) -> list[str]:
-    """The text of ``msched explain``: placement, dependencies, waits, dependents."""
-    sched = run.schedule
-    node = _find_node(sched.gm, name, run.stack.captures)
-    v = render.view(sched, run.cost_model)
-    e = _Explained(
-        v, sched, render.dependencies_by_name(sched), {n.name: n for n in sched.gm.graph.nodes}
-    )
-    if v.program.steps[render.host_index(v, node)].kind != "compute":
-        return _stream_op_lines(e, node)
-    s = e.stream(node)
-    times = f"{render.format_number(v.start[node])}-{render.format_number(v.finish[node])}"
-    out_at = render.host_index(v, v.program.output)
-    return [
-        render.node_text(node),
-        f"  stream {s}, time {times}, host position {render.host_index(v, node)} "
-        f"(output is at {out_at})",
-        f"Why stream {s}:",
-        "  " + " ".join(_placement_lines(e, node)),
-        f"Dependencies of {name} (dependency, its stream, reasons, how it is ordered):",
-        *_dependency_lines(e, node),
-        f"Waits right before {name}:",
-        *_wait_lines(e, node),
-        f"Nodes that depend on {name}:",
-        *_dependent_lines(e, node),
-    ]
-
-
-# ---------------------------------------------------------------------------------------------
-# demo
+# demo (explain's questions live in msched.pictures.explain)
 
 
 @dataclass(frozen=True)
@@ -490,8 +296,8 @@ def _table_lines(rows: list[_DemoRow]) -> list[str]:
             len(s.gm.graph.nodes),
             s.num_events,
             s.num_waits,
-            render.format_number(s.makespan),
-            render.format_number(s.lower_bound),
+            format_number(s.makespan),
+            format_number(s.lower_bound),
             f"{base / s.makespan:.2f}x" if s.makespan else "-",
             "ok" if row.ok else f"FAILED ({len(row.problems)})",
         )
@@ -500,23 +306,13 @@ def _table_lines(rows: list[_DemoRow]) -> list[str]:
 
 
 def _layer_members(run: Scheduled, layer: int) -> set[str]:
-    """Names of the nodes of decoder layer ``layer``: in the original program order, those
-    after the layer's input hidden state up to the next layer's, and the layer's capture."""
-    original = list(run.schedule.original.graph.nodes)
-    index = {n.name: k for k, n in enumerate(original)}
-
-    def layer_input(i: int) -> int:
-        if i >= run.stack.n_layers:
-            return index[original[-1].name]
-        norm = next(u for n in original if n.name == f"l{i}_ln1" for u in n.users)
-        return index[norm.args[0].args[0].name]  # mul(mul(h, rsqrt), w): h is the input
-
-    lo, hi = layer_input(layer), layer_input(layer + 1)
-    members = {n.name for n in original[lo + 1 : hi + 1] if n.op == "call_function"}
-    return members | {f"capture_{layer}"}
+    """Names of the ops of decoder layer ``layer`` (its weights left out), capture included."""
+    layer_of = run.stack.layer_of
+    nodes = run.schedule.gm.graph.nodes
+    return {n.name for n in nodes if n.op == "call_function" and layer_of.get(n.name) == layer}
 
 
-def _layer_steps(v: render.View, members: set[str]) -> list[Step]:
+def _layer_steps(v: View, members: set[str]) -> list[Step]:
     """The host-order steps of a layer: its compute nodes, the waits right before them and
     the records right after them (on their stream)."""
     steps = v.program.steps
@@ -538,7 +334,7 @@ def _layer_steps(v: render.View, members: set[str]) -> list[Step]:
     return keep
 
 
-def _compact_lines(v: render.View, steps: list[Step]) -> list[str]:
+def _compact_lines(v: View, steps: list[Step]) -> list[str]:
     """Lane lines for the demo: compute nodes with kind and times, records and waits; a run of
     elementwise ops on one stream is folded into one line."""
     lines: list[str] = []
@@ -555,16 +351,16 @@ def _compact_lines(v: render.View, steps: list[Step]) -> list[str]:
         node = step.node
         if step.kind in ("set_stream", "record_stream"):
             continue
-        if step.kind == "compute" and render.category(node) == "other":
+        if step.kind == "compute" and op_category(node) == "other":
             if run and v.program.stream_of[run[0]] != step.stream:
                 flush()
             run.append(node)
             continue
         flush()
-        text = render.step_text(step)
+        text = step_text(step)
         if step.kind == "compute":
-            times = f"{render.format_number(v.start[node])}-{render.format_number(v.finish[node])}"
-            text = f"{node.name}  ({render.category(node)}, {times})"
+            times = f"{format_number(v.start[node])}-{format_number(v.finish[node])}"
+            text = f"{node.name}  ({op_category(node)}, {times})"
         lines.append(f"s{step.stream} | {'  ' * step.stream}{text}")
     flush()
     return lines
@@ -574,17 +370,17 @@ def _capture_lines(rows: list[_DemoRow]) -> list[str]:
     """One line per (stream count, capture): its stream, host position and the joining wait."""
     lines = ["streams  capture     stream  host step  steps before output  joined on stream 0 by"]
     for row in rows:
-        v = render.view(row.run.schedule)
-        out_at = render.host_index(v, v.program.output)
+        v = view_of(row.run.schedule)
+        out_at = host_index(v, v.program.output)
         for cap in row.run.stack.captures:
-            at, s = render.host_index(v, cap), v.program.stream_of[cap]
-            wait = render.joining_wait(v, cap, 0)
+            at, s = host_index(v, cap), v.program.stream_of[cap]
+            wait = joining_wait(v, cap, 0)
             if s == 0:
                 join = "(runs on stream 0)"
             elif wait is None:
                 join = "NOTHING: output does not wait for it"
             else:
-                join = f"wait e{render.event_of(v, wait).event} ({wait.name})"
+                join = f"wait e{v.program.steps[host_index(v, wait)].event} ({wait.name})"
             where = f"{at:>4}/{out_at:<4}  {out_at - at:>19}"
             lines.append(f"{row.streams:>7}  {cap.name:<10}  {s:>6}  {where}  {join}")
     return lines
@@ -623,7 +419,7 @@ def cmd_demo(args: argparse.Namespace, stdout: TextIO) -> int:
         _make_directory(args.out)  # fail before the scheduling work, not after it
     rows = _demo_rows(Progress(sys.stderr, False))
     last = rows[-1]
-    last_view = render.view(last.run.schedule)
+    last_view = view_of(last.run.schedule)
     layer = _layer_steps(last_view, _layer_members(last.run, DEMO_LANE_LAYER))
     caps = ", ".join(map(str, DEMO_CAPTURES))
     lines = [
@@ -675,7 +471,9 @@ def cmd_schedule(args: argparse.Namespace, stdout: TextIO) -> int:
 
 def cmd_explain(args: argparse.Namespace, stdout: TextIO) -> int:
     run = _run_for(args)
-    stdout.write("\n".join(explain_lines(run, args.node)) + "\n")
+    hint = ", ".join(c.name for c in run.stack.captures) or "none"
+    node = node_named(run.schedule.gm, args.node, f"the scheduled graph (captures: {hint})")
+    stdout.write("\n".join(explain_lines(run.schedule, node, run.cost_model)) + "\n")
     return 0
 
 

@@ -1,7 +1,8 @@
 """Options of the plugin and the stream counts a test runs with.
 
-Stream counts come from, in order of precedence: the ``multistream`` marker, the command line
-(``--msched-streams``), the ini option ``msched_streams``, and `DEFAULT_STREAMS`.  Everything
+Every option has a command-line and an ini form; the command line wins, then the ini, then
+the default.  Stream counts come from, in order of precedence: the ``multistream`` marker,
+``--msched-streams``, the ini option ``msched_streams``, and `DEFAULT_STREAMS`.  Everything
 here is plain data computed from the config or a marker, so that every pytest-xdist worker
 computes the same parametrization.
 """
@@ -9,9 +10,10 @@ computes the same parametrization.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -26,15 +28,16 @@ MARKER_HELP = (
     "test[streams3], ...; the count is the num_streams fixture (default: --msched-streams, "
     "then the msched_streams ini option, then 2,3)"
 )
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class Settings:
     """The session-wide settings of the plugin, resolved once in ``pytest_configure``.
 
-    ``streams`` is the command-line value, else the ini value, else `DEFAULT_STREAMS`;
-    ``verify`` is ``"strict"`` or ``"off"``; ``dump_dir`` is where ``--msched-dump`` writes
-    the graphs of failing tests (``None``: do not write them).
+    Each is the command-line value, else the ini value, else the default: ``streams``
+    (`DEFAULT_STREAMS`); ``verify``, ``"strict"`` (the default) or ``"off"``; ``dump_dir``,
+    where the graphs of failing tests are written (``None``, the default: nowhere).
     """
 
     streams: tuple[int, ...]
@@ -42,11 +45,8 @@ class Settings:
     dump_dir: Path | None
 
 
-SETTINGS_KEY = pytest.StashKey[Settings]()
-
-
 def add_options(parser: pytest.Parser) -> None:
-    """Register the ``--msched-*`` options and the ``msched_streams`` ini option."""
+    """Register the ``--msched-*`` options and their ini forms (``msched_*``)."""
     group = parser.getgroup("msched", "multi-stream schedules (pytest-msched)")
     group.addoption(
         "--msched-streams",
@@ -60,21 +60,29 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption(
         "--msched-verify",
         dest="msched_verify",
-        default="strict",
+        default=None,
         choices=VERIFY_MODES,
-        help="strict (default): schedule_graph fails the test when msched.verify finds a "
-        "violation; off: do not verify",
+        help="strict: schedule_graph fails the test when msched.verify finds a violation; "
+        "off: do not verify (default: ini msched_verify, then strict)",
     )
     group.addoption(
         "--msched-dump",
         dest="msched_dump",
         default=None,
         metavar="DIR",
-        help="write DOT and Perfetto trace JSON of the graphs scheduled by failing tests to DIR",
+        help="write DOT and Perfetto trace JSON of the graphs scheduled by failing tests to DIR "
+        "(default: ini msched_dump; an empty DIR writes nothing)",
     )
     parser.addini(
         "msched_streams",
         "stream counts of multistream tests, e.g. 2,3 (overridden by --msched-streams)",
+        default="",
+    )
+    parser.addini("msched_verify", "strict or off (overridden by --msched-verify)", default="")
+    parser.addini(
+        "msched_dump",
+        "directory for the graphs of failing tests, relative to the rootdir (overridden by "
+        "--msched-dump)",
         default="",
     )
 
@@ -108,6 +116,13 @@ def parse_streams_text(text: str) -> tuple[int, ...]:
     return parse_streams(counts)
 
 
+def parse_verify_mode(text: str) -> str:
+    """``"strict"`` or ``"off"``; anything else raises `ValueError`."""
+    if text not in VERIFY_MODES:
+        raise ValueError(f"expected one of {', '.join(VERIFY_MODES)}")
+    return text
+
+
 def _streams_argument(text: str) -> tuple[int, ...]:
     try:
         return parse_streams_text(text)
@@ -115,18 +130,28 @@ def _streams_argument(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"{error}; got {text!r}") from None
 
 
+def _ini(config: pytest.Config, name: str, parse: Callable[[str], T]) -> T | None:
+    """The ini option ``name`` parsed, ``None`` when unset; bad values → `pytest.UsageError`."""
+    text = str(config.getini(name)).strip()
+    if not text:
+        return None
+    try:
+        return parse(text)
+    except ValueError as error:
+        raise pytest.UsageError(f"ini option {name}: {error}; got {text!r}") from None
+
+
 def resolve_settings(config: pytest.Config) -> Settings:
-    """Compute the `Settings` from the command line and ini; bad ini → `pytest.UsageError`."""
+    """Compute the `Settings`: the command line, else the ini, else the default."""
     streams = config.getoption("msched_streams")
     if streams is None:
-        ini = str(config.getini("msched_streams")).strip()
-        try:
-            streams = parse_streams_text(ini) if ini else None
-        except ValueError as error:
-            raise pytest.UsageError(f"ini option msched_streams: {error}; got {ini!r}") from None
+        streams = _ini(config, "msched_streams", parse_streams_text)
+    verify = config.getoption("msched_verify") or _ini(config, "msched_verify", parse_verify_mode)
     dump = config.getoption("msched_dump")
+    if dump is None:  # the ini's directory is relative to the rootdir, as pytest's cache_dir
+        dump = _ini(config, "msched_dump", lambda text: str(config.rootpath / text))
     return Settings(
         streams=streams or DEFAULT_STREAMS,
-        verify=config.getoption("msched_verify"),
+        verify=verify or "strict",
         dump_dir=Path(dump).resolve() if dump else None,
     )

@@ -3,15 +3,16 @@
 A test is parametrized over stream counts, with ids ``streams2``, ``streams3``, ..., when it
 is marked ``@pytest.mark.multistream`` (whether or not it requests ``num_streams``) or when it
 requests ``num_streams`` directly or through another fixture (such as ``schedule_graph``).
-The counts are the marker's ``streams=[...]``, else `Settings.streams` (command line, ini,
-default).  The order is the order given, so every xdist worker collects the same items.
+The counts are the marker's ``streams=[...]``, else ``default`` (`Settings.streams`: command
+line, ini, default).  The order is the order given, so every xdist worker collects the same
+items.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from pytest_msched._options import MARKER, Settings, parse_streams
+from pytest_msched._options import MARKER, parse_streams
 
 FIXTURE = "num_streams"
 
@@ -52,33 +53,33 @@ def _user_parametrizes(metafunc: pytest.Metafunc) -> bool:
     return False
 
 
-def counts_for(metafunc: pytest.Metafunc, settings: Settings) -> tuple[int, ...] | None:
+def counts_for(metafunc: pytest.Metafunc, default: tuple[int, ...]) -> tuple[int, ...] | None:
     """The stream counts ``metafunc``'s test runs with, ``None`` to leave it alone.
 
     Marked tests always get counts (a conflicting ``parametrize`` of ``num_streams`` is a
-    usage error); unmarked tests get `Settings.streams` when they request ``num_streams`` and
+    usage error); unmarked tests get ``default`` when they request ``num_streams`` and
     do not parametrize it themselves.
     """
     mark = metafunc.definition.get_closest_marker(MARKER)
     if mark is None:
         wanted = FIXTURE in metafunc.fixturenames and not _user_parametrizes(metafunc)
-        return settings.streams if wanted else None
+        return default if wanted else None
     where = f"In {metafunc.definition.nodeid}"
     if _user_parametrizes(metafunc):
         raise ValueError(
             f"{where}: num_streams is parametrized both by multistream and by "
             "@pytest.mark.parametrize; keep one"
         )
-    return marker_streams(mark, where) or settings.streams
+    return marker_streams(mark, where) or default
 
 
-def parametrize(metafunc: pytest.Metafunc, settings: Settings) -> None:
+def parametrize(metafunc: pytest.Metafunc, default: tuple[int, ...]) -> None:
     """Parametrize ``num_streams`` (indirectly, through its fixture) for one test function.
 
     Bad marker arguments fail collection of the test's module with a usage message.
     """
     try:
-        counts = counts_for(metafunc, settings)
+        counts = counts_for(metafunc, default)
     except ValueError as error:
         raise pytest.fail.Exception(str(error), pytrace=False) from None
     if counts is None:

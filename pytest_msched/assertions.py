@@ -3,7 +3,8 @@
 Each helper takes the scheduled ``GraphModule`` and the nodes to check (nodes of the scheduled
 graph, of its original, or their names: nodes are matched by name, which `msched.schedule`
 keeps).  A failure names the node and the stream it is issued on and shows the lines of the
-scheduled graph around the problem, with their streams (see `pytest_msched._excerpt`).
+scheduled graph around the problem, with their streams (`msched.testing.checks.excerpt`).
+The checks themselves are the plain functions of `msched.testing.checks`.
 """
 
 from __future__ import annotations
@@ -15,17 +16,23 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
-from msched.proof.dialects import interpret
-from msched.proof.verifier import run_clocks, verify
-from pytest_msched._excerpt import excerpt, streams_of
+from msched.analysis.nodes import node_named
+from msched.proof.verifier import verify
+from msched.testing.checks import (
+    capture_columns,
+    excerpt,
+    streams_of,
+    violation_message,
+    written_inputs,
+)
+
+# Imported under the name the assertion shows: pytest prints ``where False = _exit_joins(...)``.
+from msched.testing.checks import exit_joins as _exit_joins
 
 
 def _node(gm: GraphModule, node: Node | str) -> Node:
-    name = node if isinstance(node, str) else node.name
-    for candidate in gm.graph.nodes:
-        if candidate.name == name:
-            return candidate
-    raise LookupError(f"no node named {name!r} in the scheduled graph")
+    """``node`` or the node of its name in ``gm`` (`msched.InvalidArgumentError` if none)."""
+    return node_named(gm, node if isinstance(node, str) else node.name, "the scheduled graph")
 
 
 def _output(gm: GraphModule) -> Node:
@@ -86,28 +93,6 @@ def _check_code_order(gm: GraphModule, nodes: list[Node]) -> None:
     )
 
 
-def _bound_args(node: Node) -> dict[str, Any]:
-    schema = getattr(node.target, "_schema", None)
-    names = [a.name for a in schema.arguments] if schema is not None else []
-    bound = dict(zip(names, node.args, strict=False))
-    bound.update(node.kwargs)
-    return bound
-
-
-def _written_input(node: Node) -> tuple[Node, slice] | None:
-    """The graph input a capture writes and the columns it writes (last dimension)."""
-    schema = getattr(node.target, "_schema", None)
-    if schema is None:
-        return None
-    bound = _bound_args(node)
-    for arg in schema.arguments:
-        target = bound.get(arg.name)
-        written = arg.alias_info is not None and arg.alias_info.is_write
-        if written and isinstance(target, Node) and target.op == "placeholder":
-            return target, slice(bound.get("start"), bound.get("end"))
-    return None
-
-
 @dataclass(frozen=True)
 class _Region:
     """The columns of a graph input (the tensor passed for it) that a capture writes."""
@@ -125,32 +110,48 @@ class _Region:
 
 
 def _regions(gm: GraphModule, nodes: list[Node], inputs: Sequence[Any]) -> list[_Region]:
+    """The columns of every graph input each node writes (as msched's effects see it)."""
     __tracebackhide__ = True
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    found = {n: _written_input(n) for n in nodes}
-    unknown = [n.name for n, where in found.items() if where is None]
+    found = written_inputs(gm, nodes)
+    unknown = [n.name for n, written in found.items() if not written]
     assert not unknown, (
-        ", ".join(unknown) + " writes no graph input that this helper can find (it checks ops "
-        "whose schema marks a placeholder argument as written)"
+        ", ".join(unknown) + " writes no graph input that this helper can find (it checks the "
+        "placeholders msched's effects say a node writes: its schema, registered mutations)"
     )
     return [
-        _Region(n, dest.name, inputs[placeholders.index(dest)], columns)
-        for n, (dest, columns) in ((n, w) for n, w in found.items() if w is not None)
+        _Region(n, dest.name, inputs[placeholders.index(dest)], capture_columns(n))
+        for n, written in found.items()
+        for dest in written
     ]
 
 
 def _check_writes(gm: GraphModule, nodes: list[Node], inputs: Sequence[Any]) -> None:
+    """Run ``gm``: each node must change (one of) the regions it writes."""
     __tracebackhide__ = True
     regions = _regions(gm, nodes, inputs)
     before = [r.read() for r in regions]
     gm(*inputs)
-    unwritten = [r for r, old in zip(regions, before, strict=True) if torch.equal(r.read(), old)]
-    assert not unwritten, (
+    changed = {r.capture for r, old in zip(regions, before, strict=True) if not _same(r, old)}
+    unwritten = [r for r in regions if r.capture not in changed]
+    assert not unwritten, _unwritten_message(gm, unwritten)
+
+
+def _same(region: _Region, before: torch.Tensor) -> bool:
+    return torch.equal(region.read(), before)
+
+
+def _unwritten_message(gm: GraphModule, unwritten: list[_Region]) -> str:
+    captures = list(dict.fromkeys(r.capture for r in unwritten))
+    return (
         "\n".join(
-            f"{_where(gm, r.capture)} did not write {r} when the module ran" for r in unwritten
+            f"{_where(gm, c)} did not write "
+            + " or ".join(str(r) for r in unwritten if r.capture is c)
+            + " when the module ran"
+            for c in captures
         )
         + "\n"
-        + excerpt(gm, [r.capture for r in unwritten])
+        + excerpt(gm, captures)
     )
 
 
@@ -163,7 +164,10 @@ def assert_survives_recompile(
     capture's columns ``[start:end]`` of the graph input it writes (the whole input when the
     op has no ``start``/``end``) must differ from what they held before the run; pass a
     buffer whose contents differ from the captured values (zeros, as
-    ``DecoderStack.example_inputs()`` does).
+    ``DecoderStack.example_inputs()`` does).  The written input is the placeholder msched's
+    effects say the capture writes (its schema, or `msched.register_mutation`); when they
+    name several (an op msched cannot see into writes every tensor it receives), one of
+    them must change.
     """
     __tracebackhide__ = True
     nodes = [_node(gm, c) for c in captures]
@@ -171,13 +175,6 @@ def assert_survives_recompile(
     _check_code_order(gm, nodes)
     if inputs is not None:
         _check_writes(gm, nodes, inputs)
-
-
-def _exit_joins(gm: GraphModule, node: Node) -> bool:
-    """Whether ``output`` happens after ``node`` (the happens-before of `msched.verify`)."""
-    program = interpret(gm)
-    clocks = run_clocks(program, program.num_streams)
-    return node in clocks.stamp and clocks.happens_before(node, program.output)
 
 
 def assert_exit_waits_on(gm: GraphModule, node: Node | str) -> None:
@@ -200,5 +197,4 @@ def assert_race_free(gm: GraphModule, original: GraphModule) -> None:
     """`msched.verify` finds no violation in ``gm`` against the unscheduled ``original``."""
     __tracebackhide__ = True
     report = verify(gm, original=original)
-    involved = [n for v in report.violations for n in v.nodes]
-    assert report.ok, f"{report}\n" + excerpt(gm, involved)
+    assert report.ok, violation_message(gm, report)

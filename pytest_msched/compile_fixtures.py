@@ -12,19 +12,8 @@ from typing import Any
 
 import pytest
 
-from msched.compile.traced import TracedDecoder, trace_decoder
-
-# Compiling a 12-layer decoder takes seconds: one per stream count and arguments per session.
-_TRACED_KEY = pytest.StashKey[dict[Any, TracedDecoder]]()
-
-
-def _cache_key(num_streams: int, kwargs: dict[str, Any]) -> Any:
-    items = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items()))
-    try:
-        hash(items)
-    except TypeError:
-        return None
-    return (num_streams, items)
+from msched.compile.traced import TracedDecoder
+from pytest_msched._session import MschedSession
 
 
 @pytest.fixture
@@ -37,17 +26,13 @@ def traced_decoder(
     ``.pieces`` are the scheduled pieces (``piece.gm``, ``piece.schedule.original``),
     ``.piece_inputs[piece.name]`` their inputs, ``.output`` / ``.capture`` the compiled run
     and ``.reference_output`` / ``.reference_capture`` the eager one.  Results are shared by
-    every test of the session that asks for the same arguments: treat them as read-only.
+    every test of the session that asks for the same arguments (`MschedSession` keeps them):
+    treat them as read-only.
     Compiling resets dynamo (`msched.backend.compile_and_run`).
     """
-    cache = request.config.stash.setdefault(_TRACED_KEY, {})
+    session = MschedSession.of(request.config)
 
     def factory(**kwargs: Any) -> TracedDecoder:
-        key = _cache_key(num_streams, kwargs)
-        if key is None:
-            return trace_decoder(num_streams, **kwargs)
-        if key not in cache:
-            cache[key] = trace_decoder(num_streams, **kwargs)
-        return cache[key]
+        return session.traced_decoder(num_streams, kwargs)
 
     return factory

@@ -3,8 +3,9 @@
 - ``num_streams``: the stream count of the running test (parametrized at collection, see
   `pytest_msched._params`);
 - ``decoder_stack``: the factory `msched.decoder.decoder_stack`;
-- ``schedule_graph``: `msched.schedule` with ``num_streams``, then `msched.verify` against
-  the original graph (unless ``--msched-verify=off``);
+- ``schedule_graph``: `msched.testing.checks.schedule_and_verify` with ``num_streams``:
+  `msched.schedule`, then `msched.verify` against the original graph (unless verification is
+  off), counted and kept for dumps by the `MschedSession`;
 - ``graph_snapshot``: syrupy's ``snapshot`` with `ScheduledGraphExtension`.
 """
 
@@ -20,9 +21,8 @@ import msched
 from msched.analysis.cost import CostModel
 from msched.testing.decoders import DecoderStack
 from msched.testing.decoders import decoder_stack as build_decoder_stack
-from pytest_msched._options import SETTINGS_KEY
 from pytest_msched._params import requested_count
-from pytest_msched._state import SCHEDULES_KEY, STATS_KEY, schedule_and_verify
+from pytest_msched._session import MschedSession
 from pytest_msched.snapshot import ScheduledGraphExtension
 
 
@@ -50,22 +50,19 @@ def schedule_graph(
 
     Rewrites ``gm`` in place (as `msched.schedule` does), verifies the result against
     ``Schedule.original`` and fails the test with the report and the lines around each
-    violation when verification finds any (``--msched-verify=off`` skips verification).
+    violation when verification finds any (``--msched-verify=off`` or ``msched_verify = off``
+    skips verification).
     The graph is counted in the terminal summary and dumped by ``--msched-dump`` if the
     test fails.
     """
-    config = request.config
-    strict = config.stash[SETTINGS_KEY].verify == "strict"
-    made = request.node.stash.setdefault(SCHEDULES_KEY, [])
+    session = MschedSession.of(request.config)
+    nodeid = request.node.nodeid
 
     def schedule_graph(gm: GraphModule, cost_model: CostModel | None = None) -> msched.Schedule:
-        sched, failure = schedule_and_verify(
-            gm, num_streams, cost_model, strict, config.stash[STATS_KEY]
-        )
-        made.append(sched)
-        if failure:
-            pytest.fail(failure, pytrace=False)
-        return sched
+        check = session.schedule_graph(nodeid, gm, num_streams, cost_model)
+        if check.failure:
+            pytest.fail(check.failure, pytrace=False)
+        return check.schedule
 
     return schedule_graph
 

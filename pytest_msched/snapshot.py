@@ -1,7 +1,7 @@
 """`ScheduledGraphExtension`: syrupy snapshots of scheduled graphs, one text file each.
 
 The snapshot of a `msched.Schedule` or a scheduled ``GraphModule`` is its canonical text
-(`msched.pictures.render.render_text`): a header with streams, events, waits, makespan and
+(`msched.pictures.text.render_text`): a header with streams, events, waits, makespan and
 lower bound,
 then one line per node in emission order with its stream lane, every record and wait shown,
 ``output`` last.  The text is identical across runs, hash seeds and xdist workers, so a change
@@ -27,7 +27,7 @@ from syrupy.terminal import context_style, received_style, reset, snapshot_style
 from torch.fx import GraphModule
 
 from msched import Schedule
-from msched.pictures.render import render_text
+from msched.pictures.text import render_text
 
 CONTEXT_LINES = 2
 

@@ -1,4 +1,4 @@
-"""What a call target does to the tensors it receives: the facts behind `msched.effects`.
+"""What a call target does to the tensors it receives: the facts behind `msched.analysis.effects`.
 
 One `_OpInfo` per target (cached), derived from what can be known and nothing else:
 

@@ -1,7 +1,9 @@
 """Cost models: how long a node runs, in arbitrary but consistent units.
 
-`DefaultCostModel` is a table that needs nothing but the op: matmul-like ops 10, MoE-like ops
-20, views / ``getitem`` / symbolic-int nodes 0, everything else 1.  `RooflineCostModel`
+`op_category` says what kind of op a node runs (matmul, attention, MoE, capture / in-place,
+other); the cost table and the pictures both classify by it.  `DefaultCostModel` is a table
+that needs nothing but the op: matmul-like ops (attention included) 10, MoE-like ops 20,
+views / ``getitem`` / symbolic-int nodes 0, everything else 1.  `RooflineCostModel`
 estimates microseconds from ``node.meta["val"]`` (FLOPs against bytes moved) and falls back to
 the table where shapes are missing.  Any object with ``cost(node) -> float`` is a cost model;
 whoever calls it passes each value through `checked_cost`, so a cost that is not a finite,
@@ -20,7 +22,8 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch.fx import Node
 
-from msched.analysis.effects import _VIEW_NAMES, _op_info
+from msched.analysis.effects import _VIEW_NAMES, _node_info, _op_info
+from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidArgumentError
 
 
@@ -59,6 +62,11 @@ def checked_cost(model: object, node: Node, value: object) -> float:
     )
 
 
+def lower_bound(critical_path: float, total_cost: float, num_streams: int) -> float:
+    """No schedule beats ``max(critical path, total cost / streams)``."""
+    return max(critical_path, total_cost / num_streams)
+
+
 def check_cost_model(cost_model: object) -> None:
     """Raise `msched.InvalidArgumentError` unless ``cost_model`` is None or has ``cost(node)``."""
     if cost_model is not None and not callable(getattr(cost_model, "cost", None)):
@@ -67,9 +75,15 @@ def check_cost_model(cost_model: object) -> None:
         )
 
 
-_MOE_WORDS = ("moe", "expert")
-_MATMUL_WORDS = ("mm", "matmul", "linear", "gemm", "attention", "attn", "conv", "einsum")
-_FREE_OPS = ("placeholder", "get_attr", "output")
+#: What `op_category` returns, in the order pictures list the kinds.
+OP_CATEGORIES = ("matmul", "attention", "moe", "capture / in-place", "other")
+# The words of an op's name that make it one of the kinds, tested in this order.
+_NAME_WORDS = (
+    ("moe", ("moe", "expert")),
+    ("attention", ("attention", "attn")),
+    ("matmul", ("mm", "matmul", "linear", "gemm", "conv", "einsum")),
+)
+_FREE_OPS = (*INPUT_OPS, "output")
 
 
 def _op_name(node: Node) -> str:
@@ -81,6 +95,35 @@ def _op_name(node: Node) -> str:
     if isinstance(target, torch._ops.OpOverloadPacket):
         return target._qualified_op_name.split("::")[-1].lower()
     return str(getattr(target, "__name__", target)).lower()
+
+
+def _name_category(name: str) -> str | None:
+    """The kind an op's (lower-case) name says, or None when it says none."""
+    for kind, words in _NAME_WORDS:
+        if any(w in name for w in words):
+            return kind
+    return None
+
+
+def op_category(node: Node) -> str:
+    """The kind of op ``node`` runs: one of `OP_CATEGORIES`.
+
+    Graph inputs and ``output`` are ``"other"``.  Otherwise the op's name (without namespace
+    and overload, lower case) decides: ``moe`` / ``expert`` is ``"moe"``; ``attention`` /
+    ``attn`` is ``"attention"``; ``mm``, ``matmul``, ``linear``, ``gemm``, ``conv``, ``einsum``
+    is ``"matmul"``.  A node whose name says none of these but that declares a write (its
+    schema, an in-place method, ``inplace=True``, `msched.register_mutation`) is
+    ``"capture / in-place"``; anything else, calls of unknown effect included, ``"other"``.
+    """
+    if node.op in _FREE_OPS:
+        return "other"
+    kind = _name_category(_op_name(node))
+    if kind is not None:
+        return kind
+    info = _op_info(node)
+    if info is not None and not info.unknown and _node_info(node, info).writes:
+        return "capture / in-place"
+    return "other"
 
 
 def _free_target(node: Node) -> bool:
@@ -103,18 +146,17 @@ def _is_free(node: Node) -> bool:
     return _free_target(node) or _symbolic_value(node)
 
 
-def _table_kind(name: str) -> str:
-    if any(w in name for w in _MOE_WORDS):
-        return "moe"
-    if any(w in name for w in _MATMUL_WORDS):
-        return "matmul"
-    return "other"
-
-
 class DefaultCostModel:
-    """The table model: matmul-like 10, MoE-like 20, views/getitem/symint 0, else 1."""
+    """The table model by `op_category`: matmul-like and attention 10, MoE-like 20,
+    views/getitem/symint 0, else 1."""
 
-    TABLE = {"moe": 20.0, "matmul": 10.0, "other": 1.0}
+    TABLE = {
+        "moe": 20.0,
+        "attention": 10.0,
+        "matmul": 10.0,
+        "capture / in-place": 1.0,
+        "other": 1.0,
+    }
 
     def __init__(self) -> None:
         self._by_target: dict[Any, float] = {}
@@ -124,7 +166,7 @@ class DefaultCostModel:
         value = self._by_target.get(key)
         if value is None:
             free = _free_target(node)
-            value = 0.0 if free else self.TABLE[_table_kind(_op_name(node))]
+            value = 0.0 if free else self.TABLE[op_category(node)]
             self._by_target[key] = value
         if value and node.meta and _symbolic_value(node):
             return 0.0
@@ -161,7 +203,7 @@ class RooflineCostModel:
         tensors = [t for t in inputs if t is not None]
         moved = _nbytes(val) + sum(_nbytes(t) for t in tensors)
         flops = 0.0
-        if _table_kind(_op_name(node)) != "other" and tensors:
+        if tensors and _name_category(_op_name(node)) is not None:  # matmul-like or MoE
             contracted = _contracted_dim(tensors[0])
             flops = 2.0 * _numel(val) * contracted
         seconds = max(flops / self.peak_flops, moved / self.bandwidth)

@@ -18,8 +18,7 @@ relative order: each is a ``waw`` on a pseudo-storage standing for the world out
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -27,6 +26,7 @@ from torch.fx import Graph, GraphModule, Node
 
 from msched.analysis._graphcheck import check_acyclic
 from msched.analysis.effects import Effects, compute_effects
+from msched.analysis.nodes import INPUT_OPS, graph_of
 from msched.errors import InvalidArgumentError, InvalidGraphError
 
 DATA, RAW, WAR, WAW, EXIT = 1, 2, 4, 8, 16
@@ -37,22 +37,6 @@ REASONS: tuple[tuple[int, str], ...] = (
     (WAW, "waw"),
     (EXIT, "exit"),
 )
-
-
-# Private, for ablation tests only: with False, build_dag adds no exit edges (the bug msched
-# exists to prevent).  Use `_without_exit_edges()`; nothing else may read or set it.
-_EXIT_EDGES = True
-
-
-@contextlib.contextmanager
-def _without_exit_edges() -> Iterator[None]:
-    """Ablation hook for tests: `build_dag` adds no exit edges inside the block."""
-    global _EXIT_EDGES
-    saved, _EXIT_EDGES = _EXIT_EDGES, False
-    try:
-        yield
-    finally:
-        _EXIT_EDGES = saved
 
 
 def reason_names(mask: int) -> set[str]:
@@ -82,7 +66,7 @@ class Dag:
         waiting = {n: len(deps) for n, deps in self.preds.items()}
         succs = self.succs
         for node in self.nodes:
-            if node.op in ("placeholder", "get_attr"):
+            if node.op in INPUT_OPS:
                 for succ in succs[node]:
                     waiting[succ] -= 1
         return waiting
@@ -92,17 +76,6 @@ class Dag:
         if node not in self.preds:
             raise InvalidArgumentError(f"node {node.name!r} is not in this graph")
         return {dep: reason_names(mask) for dep, mask in self.preds[node].items()}
-
-
-def _graph_of(gm: GraphModule | Graph) -> Graph:
-    if isinstance(gm, GraphModule):
-        return gm.graph
-    if isinstance(gm, Graph):
-        return gm
-    raise InvalidArgumentError(
-        f"expected a torch.fx.GraphModule, got {type(gm).__name__}; "
-        "trace your module with torch.fx.symbolic_trace or torch.compile first"
-    )
 
 
 def check_output(graph: Graph) -> Node:
@@ -129,24 +102,27 @@ def check_output(graph: Graph) -> Node:
     return out
 
 
-def build_dag(gm: GraphModule | Graph) -> Dag:
+def build_dag(gm: GraphModule | Graph, *, exit_edges: bool = True) -> Dag:
     """Build the `Dag` of ``gm``: data, RAW, WAR, WAW and exit edges with their reasons.
 
     Raises `msched.InvalidGraphError` naming the cycle when a node depends on its own value.
 
-    1. Compute every node's reads and writes (`msched.effects`).
+    1. Compute every node's reads and writes (`msched.analysis.effects`).
     2. Walk the nodes in program order, keeping per storage its last write and the reads
        since; add data edges, then RAW for reads, then WAW and WAR for writes.
     3. Give ``output`` an exit edge from each storage's last write, each side-effecting node
        without users and each other node without users.
+
+    ``exit_edges=False`` skips step 3: an ablation for tests and benchmarks, which reproduces
+    the bug msched exists to prevent (a capture nothing uses has no path to ``output``).
     """
-    graph = _graph_of(gm)
+    graph = graph_of(gm)
     check_acyclic(graph)
     out = check_output(graph)
     effects = compute_effects(graph)
     nodes = tuple(graph.nodes)
     preds = dependency_edges(nodes, effects, out)
-    if _EXIT_EDGES:
+    if exit_edges:
         for dep, mask in exit_dependencies(nodes, effects, out).items():
             preds[out][dep] = preds[out].get(dep, 0) | mask
     succs: dict[Node, list[Node]] = {n: [] for n in nodes}
@@ -166,8 +142,8 @@ def dependency_edges(
     are separate (`exit_dependencies`), so a verifier can choose which users count.
     """
     preds: dict[Node, dict[Node, int]] = {}
-    last_write: dict[Node, Node] = {}
-    reads_since: dict[Node, list[Node]] = {}
+    hazards = _Hazards()
+    read_hazards, write_hazards = hazards.read, hazards.write
     reads, writes, side_effects = effects.reads, effects.writes, effects.side_effects
     world_nodes = effects.world
     # Only storages that something writes can take part in a hazard.
@@ -178,10 +154,10 @@ def dependency_edges(
         read = reads[node]
         if read and not written.isdisjoint(read):
             hazardous = [s for s in read if s in written]
-            _add_read_edges(node, hazardous, deps, last_write, reads_since)
+            read_hazards(node, hazardous, deps)
         write = writes[node]
         if write:
-            _add_write_edges(node, write, deps, last_write, reads_since)
+            write_hazards(node, write, deps)
             ordered = node in world_nodes
         else:
             ordered = node in side_effects and node is not output
@@ -207,7 +183,7 @@ def exit_dependencies(
     deps: dict[Node, int] = {}
     last_write: dict[Node, Node] = {}
     for node in nodes:
-        if node is output or node.op in ("placeholder", "get_attr"):
+        if node is output or node.op in INPUT_OPS:
             continue
         for storage in effects.writes.get(node, ()):
             last_write[storage] = node
@@ -219,33 +195,51 @@ def exit_dependencies(
     return deps
 
 
-def _add_read_edges(
-    node: Node,
-    storages: Sequence[Node],
-    deps: dict[Node, int],
-    last_write: dict[Node, Node],
-    reads_since: dict[Node, list[Node]],
-) -> None:
-    for storage in storages:
-        writer = last_write.get(storage)
-        if writer is not None and writer is not node:
-            deps[writer] = deps.get(writer, 0) | RAW
-        reads_since.setdefault(storage, []).append(node)
+def host_order_dependencies(
+    order: Iterable[Node], effects: Effects, output: Node
+) -> dict[Node, dict[Node, int]]:
+    """The `Dag` rules applied to ``order`` (compute nodes in host order).
+
+    Returns ``{node: {dependency: reason bits}}`` with data, RAW, WAR, WAW and exit edges,
+    where program order is the given order; stream ops must not be in ``order``.
+    """
+    order = tuple(order)
+    preds = dependency_edges(order, effects, output)
+    if output in preds:
+        exits = preds[output]
+        for dep, mask in exit_dependencies(order, effects, output, preds).items():
+            exits[dep] = exits.get(dep, 0) | mask
+    return preds
 
 
-def _add_write_edges(
-    node: Node,
-    storages: Sequence[Node],
-    deps: dict[Node, int],
-    last_write: dict[Node, Node],
-    reads_since: dict[Node, list[Node]],
-) -> None:
-    for storage in storages:
-        writer = last_write.get(storage)
-        if writer is not None and writer is not node:
-            deps[writer] = deps.get(writer, 0) | WAW
-        for reader in reads_since.get(storage, ()):
-            if reader is not node:
-                deps[reader] = deps.get(reader, 0) | WAR
-        last_write[storage] = node
-        reads_since[storage] = []
+class _Hazards:
+    """Per storage, its last write and the reads since, while walking in program order."""
+
+    __slots__ = ("last_write", "reads_since")
+
+    def __init__(self) -> None:
+        self.last_write: dict[Node, Node] = {}
+        self.reads_since: dict[Node, list[Node]] = {}
+
+    def read(self, node: Node, storages: Sequence[Node], deps: dict[Node, int]) -> None:
+        """``node`` reads ``storages``: RAW edges from their last writes into ``deps``."""
+        last_write, reads_since = self.last_write, self.reads_since
+        for storage in storages:
+            writer = last_write.get(storage)
+            if writer is not None and writer is not node:
+                deps[writer] = deps.get(writer, 0) | RAW
+            reads_since.setdefault(storage, []).append(node)
+
+    def write(self, node: Node, storages: Sequence[Node], deps: dict[Node, int]) -> None:
+        """``node`` writes ``storages``: WAW edges from their last writes and WAR edges from
+        the reads since into ``deps``; ``node`` becomes their last write."""
+        last_write, reads_since = self.last_write, self.reads_since
+        for storage in storages:
+            writer = last_write.get(storage)
+            if writer is not None and writer is not node:
+                deps[writer] = deps.get(writer, 0) | WAW
+            for reader in reads_since.get(storage, ()):
+                if reader is not node:
+                    deps[reader] = deps.get(reader, 0) | WAR
+            last_write[storage] = node
+            reads_since[storage] = []

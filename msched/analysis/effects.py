@@ -6,7 +6,7 @@ that is not a view.  View ops map their result to the root of their input, so a 
 its inputs (``x.float()``, an unknown function's result), it is a storage of its own that
 *aliases* those of its inputs: every access to it also counts as an access to them.
 
-What each call target does comes from `msched._targets` (schemas, torch-level functions,
+What each call target does comes from `msched.analysis._targets` (schemas, torch-level functions,
 ``torch.Tensor`` methods, allowlisted ``torch.nn`` modules and functional calls, and the
 registrations).  **Sound by default**: a target of unknown effect reads and writes every tensor
 it receives and its result may alias them; it also keeps its order with the other calls that
@@ -53,6 +53,7 @@ from msched.analysis._targets import (  # noqa: F401  (registries and the view t
     register_pure,
     register_side_effect,
 )
+from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidGraphError
 
 __all__ = [
@@ -442,7 +443,6 @@ def _compute(graph: Graph, by_storage: bool) -> Effects:
     try:
         for node in graph.nodes:
             op = node.op
-            info: _OpInfo | None
             if op == "call_function" and node.target is not getitem:
                 info = cache.get(node.target) or _op_info(node)  # getattr: per attribute
                 assert info is not None
@@ -459,7 +459,7 @@ def _compute(graph: Graph, by_storage: bool) -> Effects:
                         reads[node] = tuple(dict.fromkeys([root[i] for i in inputs]))
                     writes[node] = ()
                     continue
-            elif op in _INPUT_OPS:
+            elif op in INPUT_OPS:
                 root[node], reads[node], writes[node] = input_root[node], (), ()
                 continue
             elif op == "output":
@@ -495,9 +495,6 @@ def _undefined_input(graph: Graph) -> str | None:
                     "put the graph in topological order (every node after its inputs) first"
                 )
     return None
-
-
-_INPUT_OPS = ("placeholder", "get_attr")
 
 
 def _is_impure(node: Node) -> bool:

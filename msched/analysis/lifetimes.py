@@ -14,6 +14,11 @@ Not needed: storages of graph inputs (owned by the caller), storages returned by
 every stream before the caller can allocate again).  ``record_stream`` on every cross-stream
 use, as DESIGN.md first proposed, is safe too but costs an allocator call each and delays
 memory reuse; this rule keeps only the calls that prevent a real reuse race.
+
+Happens-before comes in as plain maps (each node's stream, sequence number on it and vector
+clock), not from reading stream ops here: `msched.verify` passes the stamps of
+`msched.proof.clocks`, the emitter the clocks it keeps while emitting (`msched.analysis`
+imports neither `msched.proof` nor `msched.scheduling`).
 """
 
 from __future__ import annotations
@@ -23,8 +28,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from torch.fx import Node
-
-_INPUT_OPS = ("placeholder", "get_attr")
 
 
 @dataclass(frozen=True)

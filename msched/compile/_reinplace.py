@@ -13,12 +13,13 @@ Algorithm (`reinplace`):
 1. Decode every functionalized node: the op, its arguments by schema name, the view of its
    base that each mutated argument is (v2: ``_all_bases`` plus ``_<arg>_base_index``,
    ``_<arg>_alias``, ``_<arg>_slice_*``, ``_<arg>_size/_stride/_storage_offset``), and
-   where its outputs go.  Anything not understood raises `ReinplaceError` naming the op.
+   where its outputs go.  Anything not understood raises `msched.ReinplaceError` naming the op.
 2. Compute, for every node of the functional graph, the *version* it sees and the *storage*
    it will live in once re-inplaced (`_Storages`): an output of a functionalized node that
    stands for the new value of a mutated argument is a new version of that argument's
-   storage; an output that is a returned value is a fresh storage.  (`msched.effects` sees a
-   functionalized node as one opaque value, so all of its outputs would share one root.)
+   storage; an output that is a returned value is a fresh storage.
+   (`msched.analysis.effects` sees a functionalized node as one opaque value, so all of its
+   outputs would share one root.)
 3. Check that no node after it reads an older version of a storage it mutates, which the
    in-place call would change under it.  A ``copy_`` into the base (the write-back of a
    graph input) and size queries do not read the data.
@@ -39,7 +40,7 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 
 from msched.analysis.effects import compute_effects
-from msched.errors import MschedError
+from msched.errors import ReinplaceError
 
 aten = torch.ops.aten
 _V1 = torch.ops.higher_order.auto_functionalized
@@ -48,10 +49,6 @@ _METADATA_OPS = frozenset(
     {aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default,
      aten.sym_storage_offset.default}
 )  # fmt: skip
-
-
-class ReinplaceError(MschedError):
-    """A functionalized call cannot be turned back into the in-place call it came from."""
 
 
 @dataclass(frozen=True)

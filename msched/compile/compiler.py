@@ -10,22 +10,24 @@ For each graph dynamo hands it:
 1. AOT autograd for inference, keeping input mutations in the graph (a mutated graph input
    gets a ``copy_`` into its placeholder).  Training graphs are refused.
 2. Re-inplace every ``auto_functionalized`` / ``auto_functionalized_v2`` node from the
-   op's schema (`msched._reinplace`); the ``copy_`` write-backs that become ``copy_(x, x)``
+   op's schema (`msched.compile._reinplace`); the ``copy_`` write-backs that become ``copy_(x, x)``
    disappear.
 3. With ``piecewise=True``, split the graph at every call of a ``split_ops`` op (each such
-   call is a piece of its own; default: ``msched::attention``) with
+   call is a piece of its own; default: the qualified name ``"msched::attention"``) with
    ``torch.fx.passes.split_module``, keeping program order between pieces.  A split op is
-   matched exactly (an ``OpOverload``, or any overload of an ``OpOverloadPacket``); a graph
-   that calls none of them but calls ops that look related raises `SplitOpNotFoundError`,
-   which lists them; a graph with nothing related stays one piece with a
-   `SplitOpNotFoundWarning`.  AOT autograd decomposes some ops
-   (``aten.scaled_dot_product_attention`` becomes
+   matched exactly: an ``OpOverload``; any overload of an ``OpOverloadPacket``; a qualified
+   name ``"namespace::name"`` (any overload) or ``"namespace::name.overload"``, compared with
+   the schema of each call when a graph is split, so naming an op needs no import of the code
+   that defines it (and a graph that never calls it is one piece).  A graph that calls none
+   of them but calls ops that look related raises `SplitOpNotFoundError`, which lists them; a
+   graph with nothing related stays one piece with a `SplitOpNotFoundWarning`.  AOT autograd
+   decomposes some ops (``aten.scaled_dot_product_attention`` becomes
    ``aten._scaled_dot_product_flash_attention_for_cpu`` on CPU and other kernels on CUDA),
    and which one depends on device and version, so msched does not guess: split at the op
    the error names.  Every placeholder of every piece gets
    ``meta["msched_storage"]``: the name of the storage root, in the unsplit graph, of the
    value it receives, so inputs of a piece that alias each other (a view taken before a split
-   and its base) stay one storage for `msched.effects`.
+   and its base) stay one storage for `msched.analysis.effects`.
 4. `msched.schedule` each piece; with ``verify=True``, `msched.verify` it against its
    unscheduled original and raise `PieceVerificationError` naming the piece on a violation.
 5. Return a callable that runs the graph inside the module's own `StreamRuntime`
@@ -37,6 +39,7 @@ Errors raised inside a backend reach the caller of a ``torch.compile``'d model w
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -48,37 +51,40 @@ from torch.fx.passes.split_module import split_module
 
 from msched.analysis.cost import CostModel, check_cost_model
 from msched.analysis.effects import STORAGE_META, Effects, compute_effects
+from msched.analysis.nodes import INPUT_OPS
 from msched.compile._reinplace import reinplace
 from msched.compile.runtime import StreamRuntime
-from msched.errors import InvalidArgumentError, MschedError, ScheduleVerificationError
+from msched.errors import (
+    InvalidArgumentError,
+    MschedError,
+    PieceVerificationError,
+    SplitOpNotFoundError,
+    SplitOpNotFoundWarning,
+)
 from msched.limits import check_num_streams
 from msched.proof.verifier import Report, verify
 from msched.scheduling.pipeline import Schedule, schedule
-from msched.testing import decoders as decoder  # noqa: F401  (defines msched::attention, the default split op)
 
-
-class PieceVerificationError(ScheduleVerificationError):
-    """A scheduled piece failed `msched.verify`; the message names the piece."""
-
-
-class SplitOpNotFoundWarning(UserWarning):
-    """A graph the backend splits calls no ``split_ops`` op and nothing like one: one piece."""
-
-
-class SplitOpNotFoundError(InvalidArgumentError):
-    """A ``split_ops`` op never occurs in a graph the backend splits; the message names it
-    and the ops of the graph that look related (what AOT autograd may have decomposed it to)."""
+#: Where ``piecewise=True`` splits by default: the attention op of the reference decoders,
+#: by name, so the backend imports no model to have it (see `backend`).
+DEFAULT_SPLIT_OPS = ("msched::attention",)
 
 
 @dataclass(frozen=True)
 class BackendConfig:
-    """The settings of one `backend`; plain data."""
+    """The settings of one `backend`; plain data.
+
+    ``split_ops`` holds ``OpOverload``s, ``OpOverloadPacket``s and qualified op names
+    (``"msched::attention"``).  ``exit_edges=False`` is the ablation of `msched.schedule`
+    (it reproduces the Eagle3 bug; see there).
+    """
 
     num_streams: int = 2
     piecewise: bool = False
-    split_ops: tuple[Any, ...] = ()
+    split_ops: tuple[Any, ...] = DEFAULT_SPLIT_OPS
     verify: bool = True
     cost_model: CostModel | None = None
+    exit_edges: bool = True
 
 
 @dataclass(frozen=True)
@@ -171,42 +177,60 @@ def backend(
     split_ops: Iterable[Any] | None = None,
     verify: bool = True,
     cost_model: CostModel | None = None,
+    *,
+    exit_edges: bool = True,
 ) -> MschedBackend:
     """A ``torch.compile`` backend that schedules every graph onto ``num_streams`` streams
     (an int in ``1..msched.MAX_STREAMS``).
 
-    ``split_ops`` (a sequence of ``OpOverload``s or ``OpOverloadPacket``s) are where
-    ``piecewise=True`` splits; default ``torch.ops.msched.attention``.  A graph that calls
-    none of them but ops that look related (AOT autograd decomposed the op) raises
-    `SplitOpNotFoundError` listing them; a graph with nothing related is one piece, with a
-    `SplitOpNotFoundWarning`.  ``cost_model``
-    is a `CostModel` (an object with a ``cost(node)`` method).  ``verify=True`` verifies every
-    piece and raises `PieceVerificationError` naming it on a violation.  Bad arguments raise
-    `InvalidArgumentError` here, not at compile time.  See the module docstring.
+    ``split_ops`` are where ``piecewise=True`` splits: a sequence of ``OpOverload``s,
+    ``OpOverloadPacket``s or qualified op names (``"namespace::name"`` for any overload,
+    ``"namespace::name.overload"`` for one), default `DEFAULT_SPLIT_OPS`
+    (``["msched::attention"]``, the attention of `msched.testing.decoders`).  Names are
+    matched against the schema of each call when a graph is split, so the op need not exist
+    yet, and a graph that never calls it is one piece.  A graph that calls none of them but
+    ops that look related (AOT autograd decomposed the op) raises `msched.SplitOpNotFoundError`
+    listing them; a graph with nothing related is one piece, with a
+    `msched.SplitOpNotFoundWarning`.  ``cost_model`` is a `CostModel` (an object with a
+    ``cost(node)`` method).  ``verify=True`` verifies every piece and raises
+    `msched.PieceVerificationError` naming it on a violation.  ``exit_edges=False`` is the
+    ablation of `msched.schedule` that reproduces the Eagle3 bug (for tests and benchmarks).
+    Bad arguments raise `InvalidArgumentError` here, not at compile time.  See the module
+    docstring.
     """
     check_num_streams(num_streams)
-    ops = _check_split_ops(split_ops) if split_ops is not None else (torch.ops.msched.attention,)
+    ops = _check_split_ops(split_ops) if split_ops is not None else DEFAULT_SPLIT_OPS
     check_cost_model(cost_model)
-    config = BackendConfig(num_streams, bool(piecewise), ops, bool(verify), cost_model)
+    config = BackendConfig(
+        num_streams, bool(piecewise), ops, bool(verify), cost_model, bool(exit_edges)
+    )
     return MschedBackend(config)
 
 
 _OP_KINDS = (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
+_QUALIFIED_NAME = re.compile(r"[A-Za-z_]\w*::[A-Za-z_]\w*(\.[A-Za-z_]\w*)?")
+
+
+def _is_split_op_spec(op: Any) -> bool:
+    return isinstance(op, _OP_KINDS) or (
+        isinstance(op, str) and _QUALIFIED_NAME.fullmatch(op) is not None
+    )
 
 
 def _check_split_ops(split_ops: Any) -> tuple[Any, ...]:
     """``split_ops`` as a tuple, or `InvalidArgumentError` unless it is a non-empty sequence of
-    torch ops (a single op or a string is refused, not iterated)."""
+    torch ops or qualified op names (a single op or a string is refused, not iterated)."""
     if isinstance(split_ops, (str, bytes, *_OP_KINDS)) or not isinstance(split_ops, Iterable):
         raise InvalidArgumentError(
-            f"split_ops must be a sequence of torch ops (e.g. [torch.ops.msched.attention]), "
-            f"got {split_ops!r} ({type(split_ops).__name__})"
+            f"split_ops must be a sequence of torch ops or qualified op names (e.g. "
+            f'["msched::attention"]), got {split_ops!r} ({type(split_ops).__name__})'
         )
     ops = tuple(split_ops)
-    bad = [op for op in ops if not isinstance(op, _OP_KINDS)]
+    bad = [op for op in ops if not _is_split_op_spec(op)]
     if bad:
         raise InvalidArgumentError(
-            f"split_ops must be torch ops (OpOverload or OpOverloadPacket), got {bad!r}"
+            "split_ops must be torch ops (OpOverload or OpOverloadPacket) or qualified op "
+            f'names ("namespace::name" or "namespace::name.overload"), got {bad!r}'
         )
     if not ops:
         raise InvalidArgumentError("split_ops must name at least one op to split at")
@@ -235,7 +259,7 @@ def compile_graph(
 
 
 def _schedule_piece(name: str, gm: GraphModule, config: BackendConfig) -> Piece:
-    sched = schedule(gm, config.num_streams, config.cost_model)
+    sched = schedule(gm, config.num_streams, config.cost_model, exit_edges=config.exit_edges)
     report = None
     if config.verify:
         report = verify(gm, original=sched.original, num_streams=config.num_streams)
@@ -245,11 +269,25 @@ def _schedule_piece(name: str, gm: GraphModule, config: BackendConfig) -> Piece:
 
 
 def _is_split_op(node: Node, split_ops: tuple[Any, ...]) -> bool:
+    """Whether ``node`` calls one of ``split_ops`` (see `backend` for how each is matched)."""
     if node.op != "call_function":
         return False
     target = node.target
     packet = getattr(target, "overloadpacket", None)
-    return any(target is op or (packet is not None and packet is op) for op in split_ops)
+    return any(
+        target is op or (packet is not None and packet is op) or _has_name(target, op)
+        for op in split_ops
+    )
+
+
+def _has_name(target: Any, name: Any) -> bool:
+    """Whether the op ``target`` is the one the qualified name ``name`` stands for."""
+    if not isinstance(name, str) or not isinstance(target, torch._ops.OpOverload):
+        return False
+    schema = target._schema
+    if "." not in name:
+        return bool(schema.name == name)
+    return f"{schema.name}.{schema.overload_name or 'default'}" == name
 
 
 def check_split_ops_occur(graph: Graph, split_ops: tuple[Any, ...], name: str = "graph") -> None:
@@ -285,7 +323,7 @@ def check_split_ops_occur(graph: Graph, split_ops: tuple[Any, ...], name: str = 
 
 def _op_words(op: Any) -> list[str]:
     """The words of an op's name without namespace and overload: ``aten.mm.default`` -> mm."""
-    parts = str(op).split(".")  # namespace.name[.overload]
+    parts = str(op).replace("::", ".").split(".")  # namespace.name[.overload]
     return [w for w in parts[min(1, len(parts) - 1)].split("_") if w]
 
 
@@ -301,7 +339,7 @@ def split_pieces(gm: GraphModule, split_ops: tuple[Any, ...]) -> GraphModule:
     partition: dict[Node, int] = {}
     current = 0
     for node in gm.graph.nodes:
-        if node.op in ("placeholder", "get_attr", "output"):
+        if node.op in INPUT_OPS or node.op == "output":
             continue
         if _is_split_op(node, split_ops):
             partition[node] = current + 1
@@ -325,9 +363,9 @@ def label_piece_inputs(module: GraphModule, parent: Graph, effects: Effects) -> 
 
     The label names the storage, in ``parent`` (the unsplit graph), of the value the
     placeholder receives, so placeholders that receive views of one storage (``select`` of
-    ``arg0_1`` and ``arg0_1`` itself) carry one label and `msched.effects` sees one storage.
-    Storages that may alias each other there (the result of a call msched knows nothing about
-    and its inputs) get one label too: coarser, never unsound.  ``split_module`` (with
+    ``arg0_1`` and ``arg0_1`` itself) carry one label and `msched.analysis.effects` sees one
+    storage.  Storages that may alias each other there (the result of a call msched knows
+    nothing about and its inputs) get one label too: coarser, never unsound.  ``split_module`` (with
     ``keep_original_input_name``) makes each placeholder's target the name of the node of
     ``parent`` it receives.
     """

@@ -29,7 +29,7 @@ class TracedDecoder:
     ``reference_capture`` from the eager model on the same inputs; ``piece_inputs[name]``
     holds clones of what piece ``name`` was called with in that compiled run (in placeholder
     order).  ``pieces`` are the pieces of that run; ``backend`` is the
-    `msched.backend.MschedBackend` that compiled them (a later recompile adds to it).
+    `msched.compile.compiler.MschedBackend` that compiled them (a later recompile adds to it).
     """
 
     model: TinyDecoder
@@ -72,13 +72,11 @@ def trace_decoder(
     """Compile a `TinyDecoder` with ``msched.backend(num_streams, piecewise, ...)``.
 
     1. Build the model from ``seed``; run it eagerly on fresh inputs (the reference).
-    2. Compile and run it once (`msched.backend.compile_and_run`, which resets dynamo).
+    2. Compile and run it once (`msched.compile.compiler.compile_and_run`, which resets dynamo).
     3. Run the compiled model again on fresh inputs, recording every piece's inputs.
     """
     model = TinyDecoder(n_layers, hidden, capture_layers, moe=moe, seed=seed)
-    ref_x, ref_capture = model.example_inputs(tokens)
-    with torch.no_grad():
-        ref_out = model(ref_x, ref_capture)
+    ref_out, ref_capture = _run_eagerly(model, tokens)
     b = backend(num_streams=num_streams, piecewise=piecewise, **backend_kwargs)
     _, compiled = compile_and_run(model, model.example_inputs(tokens), b)
     x, capture = model.example_inputs(tokens)
@@ -98,6 +96,13 @@ def trace_decoder(
         reference_capture=ref_capture,
         piece_inputs=seen,
     )
+
+
+def _run_eagerly(model: TinyDecoder, tokens: int) -> tuple[Tensor, Tensor]:
+    """The output and the capture buffer of ``model`` run eagerly on fresh inputs."""
+    x, capture = model.example_inputs(tokens)
+    with torch.no_grad():
+        return model(x, capture), capture
 
 
 def _clone(value: Any) -> Any:

@@ -1,0 +1,24 @@
+"""Pictures of a scheduled graph, and the questions ``msched explain`` asks of one.
+
+- `view` — `view_of` reads a `msched.Schedule` or a scheduled ``GraphModule`` into a `View`
+  (host-order program, times, events) and answers questions about it (`joining_wait`,
+  `host_index`, `event_of`, `exit_waits`, `dependencies_by_name`); every picture starts here.
+- `labels` — how pictures name things: numbers, ops, op categories, streams.
+- one module per picture: `text` (canonical text, what snapshots store), `json_doc` (JSON),
+  `dot` (Graphviz), `trace` (Chrome / Perfetto trace events), `svg` (Gantt chart).
+- `explain` — the text of ``msched explain``: why a node is on its stream (from the
+  placement `msched.scheduling.assign` recorded), its dependencies, waits and dependents.
+
+Every picture accepts a `msched.Schedule` or a scheduled ``GraphModule`` and is deterministic:
+the same graph gives byte-identical output regardless of ``PYTHONHASHSEED`` or process.
+"""
+
+from __future__ import annotations
+
+from msched.pictures.dot import render_dot
+from msched.pictures.json_doc import render_json
+from msched.pictures.svg import render_svg
+from msched.pictures.text import render_text
+from msched.pictures.trace import render_trace
+
+__all__ = ["render_dot", "render_json", "render_svg", "render_text", "render_trace"]

@@ -3,7 +3,8 @@
 A `Dialect` says which ops mean set_stream / record_event / wait_event / record_stream, so
 graphs rebuilt by another engine's scheduler can be read too.  `interpret` walks a scheduled
 graph in host order and returns, for every node, the stream it is issued on and what each
-stream op does; `msched.verify`, the simulator and the renderers all start from it.
+stream op does (a `StreamProgram` of `Step`s).  `msched.proof.clocks` turns that program into
+happens-before, which `msched.verify`, the executor, the timeline and the pictures read.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 
 from msched import ops
+from msched.analysis.nodes import graph_of
 from msched.errors import InvalidArgumentError, InvalidGraphError
 from msched.limits import MAX_STREAMS
 
@@ -116,7 +118,12 @@ def _defines_stream_ops(namespace: str) -> bool:
 
 
 class Step(NamedTuple):
-    """One node in host order: its stream-op kind (or ``"compute"``), stream and argument.
+    """One node in host order: its stream-op kind (one of `KINDS`, or ``"compute"``), the
+    stream it is issued on, and what the stream op names.
+
+    ``event`` is the event of a ``record_event`` / ``wait_event``; ``to_stream`` the stream a
+    ``set_stream`` switches to (equal to ``stream``) or the stream a ``record_stream`` marks
+    ``tensor`` as used on.  Fields a kind does not use are None.
 
     Immutable; a named tuple rather than a dataclass because a graph has one per node and
     `msched.verify` must stay cheaper than copying the graph.
@@ -125,8 +132,14 @@ class Step(NamedTuple):
     node: Node
     kind: str
     stream: int
-    arg: int | None = None
+    event: int | None = None
+    to_stream: int | None = None
     tensor: Node | None = None
+
+
+# ``Step(...)`` runs NamedTuple's Python-level __new__; `interpret` makes one step per node and
+# tuple.__new__ builds the same object at half the cost (verify must stay cheap).
+_new_step = tuple.__new__
 
 
 @dataclass(frozen=True)
@@ -215,12 +228,10 @@ def _stream_arg(node: Node, kind: str, index: int = 0) -> int:
     return stream
 
 
-def graph_of(gm: GraphModule | Graph) -> Graph:
-    if isinstance(gm, GraphModule):
-        return gm.graph
-    if isinstance(gm, Graph):
-        return gm
-    raise InvalidArgumentError(f"expected a torch.fx.GraphModule or Graph, got {type(gm).__name__}")
+def _tensor_arg(node: Node) -> Node | None:
+    """The tensor a ``record_stream`` node marks (None when it is not a node of the graph)."""
+    tensor = node.args[0] if node.args else node.kwargs.get("t")
+    return tensor if isinstance(tensor, Node) else None
 
 
 def interpret(gm: GraphModule | Graph, dialect: Dialect | str | None = None) -> StreamProgram:
@@ -244,20 +255,17 @@ def interpret(gm: GraphModule | Graph, dialect: Dialect | str | None = None) -> 
     current, highest = 0, 0
     for node in graph.nodes:
         kind = classify.kind(node)
-        if kind == "set_stream":
+        if kind is None:
+            steps.append(_new_step(Step, (node, "compute", current, None, None, None)))
+        elif kind == "set_stream":
             current = _stream_arg(node, kind)
             highest = max(highest, current)
-            steps.append(Step(node, kind, current, current))
-        elif kind in ("record_event", "wait_event"):
-            steps.append(Step(node, kind, current, _int_arg(node, kind)))
+            steps.append(Step(node, kind, current, to_stream=current))
         elif kind == "record_stream":
-            tensor = node.args[0] if node.args else node.kwargs.get("t")
-            target = _stream_arg(node, kind, 1)
-            highest = max(highest, target)
-            steps.append(
-                Step(node, kind, current, target, tensor if isinstance(tensor, Node) else None)
-            )
-        else:
-            steps.append(Step(node, "compute", current))
+            to_stream = _stream_arg(node, kind, 1)
+            highest = max(highest, to_stream)
+            steps.append(Step(node, kind, current, to_stream=to_stream, tensor=_tensor_arg(node)))
+        else:  # record_event, wait_event
+            steps.append(Step(node, kind, current, event=_int_arg(node, kind)))
         stream_of[node] = current
     return StreamProgram(tuple(steps), stream_of, highest + 1, outputs[0])

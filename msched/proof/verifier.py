@@ -6,28 +6,28 @@ scheduled graph the way the GPU would run it and checks every ordering the progr
 
 Algorithm:
 
-1. Read the graph in host order (`msched.proof.dialects.interpret`).  Nodes after ``output`` never
-   run: each is an ``after-output`` violation and takes no further part.  A node that uses
-   a node of another graph is a ``missing-node`` violation (its code reads an undefined name).
-2. Walk the host order with one vector clock per stream.  Compute node ``k`` of stream ``s``
-   gets the stamp ``(s, k)``; ``record_event`` snapshots the clock of its stream and
-   ``wait_event`` joins the last snapshot of that event (``unrecorded-event`` when there is
-   none).  Graph inputs carry the stamp ``(0, 0)``: they are ready on stream 0 only, so an
-   auxiliary stream must join stream 0 before its first node.
-3. The orderings the program needs come from the original graph's `msched.analysis.dag.Dag` (nodes
-   matched by name; ``missing-node`` / ``duplicate-node`` / ``extra-node`` when the node sets
-   differ) or, without ``original``, from the same rules applied to the scheduled host order.
-   Every compute node that runs is ordered: a node that is not in ``original`` takes its
-   dependencies on the others (and the exit's on it) from the scheduled host order.  An
-   edge ``u -> v`` holds when ``v``'s clock has seen ``u``'s stamp; otherwise it is a
-   ``race`` (hazard ``data``, ``raw``, ``war`` or ``waw``) or, into ``output``,
-   ``exit-not-joined``.
+1. Read the graph in host order (`msched.proof.dialects.interpret`).  Nodes after ``output``
+   never run: each is an ``after-output`` violation and takes no further part.  A node that
+   uses a node of another graph is a ``missing-node`` violation (its code reads an undefined
+   name).
+2. Stamp every node that runs with the happens-before engine every reader shares
+   (`msched.proof.clocks.clocks_of`): one vector clock per stream; a ``wait_event`` joins
+   the latest earlier ``record_event`` of its event (``unrecorded-event`` when there is
+   none).  Graph inputs are ready on stream 0 only, so an auxiliary stream must join stream 0
+   before its first node (a ``race`` otherwise).
+3. The orderings the program needs come from the original graph's `msched.analysis.dag.Dag`
+   (nodes matched by name; ``missing-node`` / ``duplicate-node`` / ``extra-node`` when the
+   node sets differ) or, without ``original``, from the same rules applied to the scheduled
+   host order.  Every compute node that runs is ordered: a node that is not in ``original``
+   takes its dependencies on the others (and the exit's on it) from the scheduled host order.
+   An edge ``u -> v`` holds when ``u`` happens before ``v``; otherwise it is a ``race``
+   (hazard ``data``, ``raw``, ``war`` or ``waw``) or, into ``output``, ``exit-not-joined``.
 4. ``output`` happens after the last write of every storage and after every node whose
    value nobody uses (``exit-not-joined``), whether or not the original's Dag says so.
 5. A tensor used on another stream than the one that allocated it needs a ``record_stream``
    for the using stream (``missing-record-stream``); storages of graph inputs never do.
-   Only the uses `msched.lifetimes` finds unsafe need one (the allocator could hand the
-   block to later work on its stream before the use): the emitter's rule, so both agree.
+   Only the uses `msched.analysis.lifetimes` finds unsafe need one (the allocator could hand
+   the block to later work on its stream before the use): the emitter's rule, so both agree.
 
 Cost: O(nodes + edges) dictionary work plus O(streams) per wait.
 """
@@ -49,14 +49,16 @@ from msched.analysis.dag import (
     WAW,
     Dag,
     build_dag,
-    dependency_edges,
     exit_dependencies,
+    host_order_dependencies,
 )
 from msched.analysis.effects import Effects, compute_effects, produces_tensor
 from msched.analysis.lifetimes import UnsafeUse, unsafe_cross_stream_uses
+from msched.analysis.nodes import INPUT_OPS, graph_of
 from msched.errors import ScheduleVerificationError
 from msched.limits import check_num_streams
-from msched.proof.dialects import Dialect, StreamProgram, graph_of, interpret
+from msched.proof.clocks import Clocks, clocks_of
+from msched.proof.dialects import Dialect, Step, StreamProgram, interpret
 
 KINDS = (
     "after-output",
@@ -70,7 +72,6 @@ KINDS = (
     "missing-record-stream",
 )
 HAZARDS = ("data", "raw", "war", "waw")
-_INPUT_OPS = ("placeholder", "get_attr")
 # A pair with several reasons is named by the most specific one: a mutating op both reads and
 # writes its target, so two captures of one buffer are RAW and WAW; call that a WAW.
 _HAZARD_BITS = ((DATA, "data"), (WAW, "waw"), (RAW, "raw"), (WAR, "war"))
@@ -126,40 +127,12 @@ class Report:
         return "\n".join(lines)
 
 
-# A node's stamp: (stream, sequence number on it, the stream's clock at its last join).
-Stamp = tuple[int, int, tuple[int, ...]]
-_INPUT_STAMP: Stamp = (0, 0, ())
-
-
-@dataclass(frozen=True)
-class Clocks:
-    """Happens-before over the nodes that run (host order up to and including ``output``).
-
-    ``stamp[n]`` is ``(stream, k, clock)``: ``n`` is the ``k``-th compute node of ``stream``
-    and ``clock`` is that stream's vector clock after its last wait before ``n``.  Graph
-    inputs have ``(0, 0, ())``.  ``order`` lists the nodes that run, stream ops excluded.
-    """
-
-    stamp: dict[Node, Stamp]
-    order: tuple[Node, ...]
-    num_streams: int
-
-    def happens_before(self, u: Node, v: Node) -> bool:
-        """Whether ``u`` is ordered before ``v`` on the GPU (both must have run)."""
-        su, ku, _ = self.stamp[u]
-        sv, kv, clock = self.stamp[v]
-        if su == sv:
-            return ku < kv
-        return len(clock) > su and clock[su] >= ku
-
-
 class _Found:
     """Collects violations; a pair is reported at most once."""
 
     def __init__(self) -> None:
         self.items: list[Violation] = []
         self.pairs: set[tuple[Node, Node]] = set()
-        self.unjoined: set[Node] = set()  # aux-stream first nodes already reported
         self._position: dict[Node, int] | None = None
 
     def position(self, clocks: Clocks) -> dict[Node, int]:
@@ -167,8 +140,15 @@ class _Found:
             self._position = {n: i for i, n in enumerate(clocks.order)}
         return self._position
 
-    def add(self, kind: str, nodes: Iterable[str], message: str, **extra: object) -> None:
-        self.items.append(Violation(kind, tuple(nodes), message, **extra))  # type: ignore[arg-type]
+    def add(
+        self,
+        kind: str,
+        nodes: Iterable[str],
+        message: str,
+        hazard: str | None = None,
+        streams: tuple[int, ...] = (),
+    ) -> None:
+        self.items.append(Violation(kind, tuple(nodes), message, hazard, streams))
 
 
 def verify(
@@ -195,33 +175,36 @@ def verify(
     ``exit-not-joined`` and ``missing-record-stream``.  Extra and duplicate nodes are
     ordered too: their dependencies on the other nodes come from the scheduled host order.
     """
-    graph = graph_of(gm)
-    before = graph_of(original) if original is not None else None
-    _check_num_streams(num_streams)
-    check_acyclic(graph)
-    if before is not None:
-        check_acyclic(before, "the original graph")
+    graph, before = _checked_arguments(gm, original, num_streams)
     program = interpret(graph, dialect)
     found = _Found()
     _check_after_output(program, found)
     _check_foreign_inputs(program, found)
-    width = max(program.num_streams, num_streams or 0)
-    clocks = run_clocks(program, width, found)
+    clocks = clocks_of(program, max(program.num_streams, num_streams or 0))
+    _check_walk(program, clocks, found)
     _check_stream_ids(program, num_streams, found)
     if before is None:
-        effects = _scheduled_effects(graph)
-        deps = host_order_dependencies(clocks.order, effects, program.output)
+        effects, deps = _host_order_rules(graph, clocks)
         _check_orderings(deps, clocks, effects, None, found)
         root: Mapping[Node, Node] = effects.root
     else:
         root = _check_against_original(before, graph, program, clocks, found)
     _check_record_streams(program, clocks, root, found)
-    return Report(tuple(found.items), width, len(clocks.order))
+    return Report(tuple(found.items), clocks.num_streams, len(clocks.order))
 
 
-def _check_num_streams(num_streams: object) -> None:
+def _checked_arguments(
+    gm: GraphModule | Graph, original: GraphModule | Graph | None, num_streams: int | None
+) -> tuple[Graph, Graph | None]:
+    """The graphs of ``gm`` and ``original``, after checking the arguments of `verify`."""
+    graph = graph_of(gm)
+    before = graph_of(original) if original is not None else None
     if num_streams is not None:
         check_num_streams(num_streams)
+    check_acyclic(graph)
+    if before is not None:
+        check_acyclic(before, "the original graph")
+    return graph, before
 
 
 def _check_after_output(program: StreamProgram, found: _Found) -> None:
@@ -238,9 +221,9 @@ def _check_after_output(program: StreamProgram, found: _Found) -> None:
 
 def _check_foreign_inputs(program: StreamProgram, found: _Found) -> None:
     """A node that uses a node of another graph reads a name its code never defines."""
-    members = {step.node for step in program.steps}
+    members = program.stream_of  # every node of the graph
     for step in program.steps:
-        for arg in step.node.all_input_nodes:
+        for arg in step.node._input_nodes:  # torch.fx's dict of the node's inputs
             if arg not in members:
                 found.add(
                     "missing-node",
@@ -263,65 +246,31 @@ def _check_stream_ids(program: StreamProgram, num_streams: int | None, found: _F
     if num_streams is None:
         return
     for step in program.steps:
-        if step.kind in ("set_stream", "record_stream") and step.arg is not None:
-            if step.arg >= num_streams:
-                found.add(
-                    "bad-stream",
-                    [step.node.name],
-                    f"`{step.node.name}` names stream {step.arg}, but the schedule has "
-                    f"{num_streams} stream(s) (0..{num_streams - 1}): use a stream in range",
-                    streams=(step.arg,),
-                )
+        if step.to_stream is not None and step.to_stream >= num_streams:
+            found.add(
+                "bad-stream",
+                [step.node.name],
+                f"`{step.node.name}` names stream {step.to_stream}, but the schedule has "
+                f"{num_streams} stream(s) (0..{num_streams - 1}): use a stream in range",
+                streams=(step.to_stream,),
+            )
 
 
-def run_clocks(program: StreamProgram, width: int, found: _Found | None = None) -> Clocks:
-    """Stamp every node that runs with its vector clock (step 2 of `verify`).
-
-    ``width`` is the number of clock entries (at least ``program.num_streams``).  Waits on
-    events that were never recorded, and auxiliary streams that start without joining stream
-    0, are reported to ``found`` when given.
-    """
-    vc = [[-1] * width for _ in range(width)]
-    vc[0][0] = 0
-    joined = [tuple(row) for row in vc]
-    count = [0] * width
-    events: dict[int, tuple[int, ...]] = {}
-    stamp: dict[Node, Stamp] = {}
-    order: list[Node] = []
-    out = program.output
+def _check_walk(program: StreamProgram, clocks: Clocks, found: _Found) -> None:
+    """Report what the happens-before walk found, in host order: waits on events not recorded
+    before them, and auxiliary streams that start without joining stream 0."""
+    if not clocks.unrecorded_waits and not clocks.unjoined_starts:
+        return
+    waits = {step.node: step for step in clocks.unrecorded_waits}
+    starts = set(clocks.unjoined_starts)
     for step in program.steps:
-        node, kind, s = step.node, step.kind, step.stream
-        if kind == "compute":
-            order.append(node)
-            if node.op in _INPUT_OPS:
-                stamp[node] = _INPUT_STAMP
-                continue
-            if node is out:
-                stamp[node] = (s, count[s] + 1, joined[s])
-                break
-            k = count[s] = count[s] + 1
-            vc[s][s] = k
-            stamp[node] = (s, k, joined[s])
-            if k == 1 and s != 0 and joined[s][0] < 0 and found is not None:
-                _unjoined_start(node, s, found)
-        elif kind == "record_event":
-            events[step.arg] = tuple(vc[s])  # type: ignore[index]
-        elif kind == "wait_event":
-            snap = events.get(step.arg)  # type: ignore[arg-type]
-            if snap is None:
-                if found is not None:
-                    _unrecorded(program, step.node, s, step.arg, found)  # type: ignore[arg-type]
-                continue
-            row = vc[s]
-            for t, x in enumerate(snap):
-                if x > row[t]:
-                    row[t] = x
-            joined[s] = tuple(row)
-    return Clocks(stamp, tuple(order), width)
+        if step.node in waits:
+            _unrecorded(clocks, waits[step.node], found)
+        elif step.node in starts:
+            _unjoined_start(step.node, step.stream, found)
 
 
 def _unjoined_start(node: Node, s: int, found: _Found) -> None:
-    found.unjoined.add(node)
     found.add(
         "race",
         [node.name],
@@ -333,33 +282,23 @@ def _unjoined_start(node: Node, s: int, found: _Found) -> None:
     )
 
 
-def _unrecorded(program: StreamProgram, node: Node, s: int, event: int, found: _Found) -> None:
-    later = [st.node.name for st in program.steps if st.kind == "record_event" and st.arg == event]
-    where = f"it is first recorded later, by `{later[0]}`" if later else "it is never recorded"
+def _unrecorded(clocks: Clocks, wait: Step, found: _Found) -> None:
+    later = clocks.later_record(wait)
+    where = f"it is first recorded later, by `{later.name}`" if later else "it is never recorded"
+    name, s = wait.node.name, wait.stream
     found.add(
         "unrecorded-event",
-        [node.name],
-        f"`{node.name}` on stream {s} waits for event {event}, but {where}: record the event "
+        [name],
+        f"`{name}` on stream {s} waits for event {wait.event}, but {where}: record the event "
         "(after the work to wait for) before waiting on it",
         streams=(s,),
     )
 
 
-def host_order_dependencies(
-    order: Iterable[Node], effects: Effects, output: Node
-) -> dict[Node, dict[Node, int]]:
-    """The `msched.analysis.dag.Dag` rules applied to ``order`` (compute nodes in host order).
-
-    Returns ``{node: {dependency: reason bits}}`` with data, RAW, WAR, WAW and exit edges,
-    where program order is the given order; stream ops must not be in ``order``.
-    """
-    order = tuple(order)
-    preds = dependency_edges(order, effects, output)
-    if output in preds:
-        exits = preds[output]
-        for dep, mask in exit_dependencies(order, effects, output, preds).items():
-            exits[dep] = exits.get(dep, 0) | mask
-    return preds
+def _host_order_rules(graph: Graph, clocks: Clocks) -> tuple[Effects, dict[Node, dict[Node, int]]]:
+    """The effects of the scheduled graph and the dependencies its host order implies."""
+    effects = _scheduled_effects(graph)
+    return effects, host_order_dependencies(clocks.order, effects, clocks.output)
 
 
 def _scheduled_effects(graph: Graph) -> Effects:
@@ -419,19 +358,20 @@ def _check_orderings(
     get = match.get
     for v_key, deps in preds.items():
         v = get(v_key)
-        at_v = stamp.get(v) if v is not None else None
-        if at_v is None:
+        if v is None or v not in stamp:
             continue
-        sv, kv, clock = at_v
+        sv, kv, clock = stamp[v]
         for u_key, mask in deps.items():
             u = get(u_key)
-            at_u = stamp.get(u) if u is not None else None
+            if u is None:
+                continue
+            at_u = stamp.get(u)
             if at_u is None:
                 continue
             su, ku = at_u[0], at_u[1]
             if (ku < kv) if su == sv else (clock[su] >= ku):
                 continue
-            _report_ordering(u_key, v_key, mask, (u, v), clocks, effects, found)  # type: ignore[arg-type]
+            _report_ordering(u_key, v_key, mask, (u, v), clocks, effects, found)
 
 
 def _report_ordering(
@@ -444,10 +384,10 @@ def _report_ordering(
     found: _Found,
 ) -> None:
     u, v = pair
-    if pair in found.pairs or (u.op in _INPUT_OPS and v in found.unjoined):
+    if pair in found.pairs or (u.op in INPUT_OPS and v in clocks.unjoined_starts):
         return
     found.pairs.add(pair)
-    su, sv = clocks.stamp[u][0], clocks.stamp[v][0]
+    su, sv = clocks.stamp[u].stream, clocks.stamp[v].stream
     if v.op == "output":
         found.add(
             "exit-not-joined",
@@ -473,7 +413,7 @@ def _race_message(
 ) -> str:
     """The message of a race ``u -> v``: what ``v`` does, why it is unordered, the fix."""
     u, v = pair
-    su, sv = clocks.stamp[u][0], clocks.stamp[v][0]
+    su, sv = clocks.stamp[u].stream, clocks.stamp[v].stream
     what = _what(hazard, u_key, v_key, effects)
     position = found.position(clocks)
     if position[u] > position[v]:
@@ -485,7 +425,7 @@ def _race_message(
             f"it, against program order: {fix}"
         )
     what += "" if hazard == "data" else ","  # close the clause before the next one
-    if u.op in _INPUT_OPS:
+    if u.op in INPUT_OPS:
         return (
             f"`{v.name}` on stream {sv} {what} before stream {sv} has joined stream 0, where "
             f"graph inputs are ready: wait on an event recorded on stream 0 before `{v.name}`"
@@ -532,7 +472,7 @@ def _check_against_original(
     _check_orderings(exits, clocks, dag.effects, match, found)
     root = _mapped_roots(dag, match)
     if extras:
-        root = _check_extra_nodes(graph, program, clocks, extras, root, found)
+        root = _check_extra_nodes(graph, clocks, extras, root, found)
     return root
 
 
@@ -576,7 +516,6 @@ def _extra_node(node: Node, found: _Found) -> None:
 
 def _check_extra_nodes(
     graph: Graph,
-    program: StreamProgram,
     clocks: Clocks,
     extras: list[Node],
     root: dict[Node, Node],
@@ -587,8 +526,7 @@ def _check_extra_nodes(
 
     Returns ``root`` extended by the storage roots of the extra nodes.
     """
-    effects = _scheduled_effects(graph)
-    deps = host_order_dependencies(clocks.order, effects, program.output)
+    effects, deps = _host_order_rules(graph, clocks)
     extra = set(extras)
     involved = {
         v: {u: mask for u, mask in preds.items() if u in extra} if v not in extra else preds
@@ -638,32 +576,34 @@ def _check_record_streams(
 ) -> None:
     """Report cross-stream uses that need a ``record_stream`` and have none before output.
 
-    The rule is the emitter's (`msched.lifetimes`), so that everything `msched.schedule`
+    The rule is the emitter's (`msched.analysis.lifetimes`), so that everything `msched.schedule`
     emits verifies.  A record of any alias of the storage for the using stream counts.
     """
     recorded: set[tuple[Node, int]] = set()
     for step in program.steps:
         if step.node is program.output:
             break
-        if step.kind == "record_stream" and step.tensor is not None and step.arg is not None:
-            recorded.add((root.get(step.tensor, step.tensor), step.arg))
+        if step.kind == "record_stream" and step.tensor is not None and step.to_stream is not None:
+            recorded.add((root.get(step.tensor, step.tensor), step.to_stream))
     for use in _unsafe_uses(program, clocks, root):
         if (use.root, use.stream) not in recorded:
             recorded.add((use.root, use.stream))  # one report per storage and stream
-            _missing_record(use, clocks.stamp[use.root][0], found)
+            _missing_record(use, clocks.stamp[use.root].stream, found)
 
 
 def _unsafe_uses(
     program: StreamProgram, clocks: Clocks, root: Mapping[Node, Node]
 ) -> list[UnsafeUse]:
+    """The uses `msched.analysis.lifetimes` finds unsafe, over the nodes that run between the
+    graph inputs and ``output``."""
     stamp = clocks.stamp
-    body = [n for n in clocks.order if stamp[n][1] and n is not program.output]
+    body = [n for n in clocks.order if stamp[n].seq and n is not program.output]
     return unsafe_cross_stream_uses(
         body,
         program.output,
-        {n: stamp[n][0] for n in body},
-        {n: stamp[n][1] for n in body},
-        {n: stamp[n][2] for n in body},
+        {n: stamp[n].stream for n in body},
+        {n: stamp[n].seq for n in body},
+        {n: stamp[n].clock for n in body},
         root,
         produces_tensor,
     )

@@ -5,28 +5,68 @@ priority in the graph, so plain list scheduling pops it last and appends it to t
 stream, keeping its input alive for the whole graph.  Placing each node in the earliest idle
 gap of a stream that fits it (as HEFT does) puts it right after its producer instead, without
 delaying anything placed before it.
+
+Every decision is recorded as a `Placement` in ``Assignment.reasons``, so whoever explains a
+schedule (``msched explain``) reads the rule that fired instead of guessing it again.
 """
 
 from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from torch.fx import Node
 
-from msched.analysis.cost import CostModel, checked_cost
+from msched.analysis.cost import CostModel, checked_cost, lower_bound
 from msched.analysis.dag import Dag
+from msched.analysis.nodes import INPUT_OPS
 
-_INPUT_OPS = ("placeholder", "get_attr")
+# The rules of `Placement.rule`, in the order `assign_streams` tries them (see step 3 there).
+INPUT = "input"  # a graph input or weight: ready at 0 on stream 0
+OUTPUT = "output"  # ``output``: on stream 0 once every dependency has finished
+IN_ORDER = "in-order"  # one stream: the input order is kept (`serial_assignment`)
+ZERO_COST = "zero-cost"  # costs nothing: follows its producer, on its stream, at its finish
+AFFINITY = "affinity"  # the producer's stream is idle at ``ready``: stay there (fewer events)
+FIRST_FREE = "first-free"  # the producer's stream is busy then: the lowest stream idle then
+EARLIEST_GAP = "earliest-gap"  # no stream is idle then: the stream whose idle gap opens first
+RULES = (INPUT, OUTPUT, IN_ORDER, ZERO_COST, AFFINITY, FIRST_FREE, EARLIEST_GAP)
+
+
+class Placement(NamedTuple):
+    """Why a node got its stream and start: the rule of `assign_streams` that placed it.
+
+    ``rule`` is one of `RULES`.  ``producer`` is the dependency that finishes last, whose
+    stream is the node's affinity (None without dependencies); among dependencies finishing
+    together the first computed one in input order wins, and ``tied`` says whether there was
+    such a tie.  ``ready`` is the earliest start (the producer's finish).  ``priority`` is the
+    node's critical path to the exit (its bottom level): ready nodes were placed by highest
+    priority first, ties by index in the input graph.  ``inserted`` says whether the node went
+    into an idle gap before work already placed on its stream (HEFT-style insertion).
+    """
+
+    rule: str
+    producer: Node | None = None
+    ready: float = 0.0
+    priority: float = 0.0
+    tied: bool = False
+    inserted: bool = False
+
+
+# ``Placement(...)`` runs NamedTuple's Python-level __new__; the list schedule makes one per node
+# and tuple.__new__ builds the same object for less.
+_new_placement = tuple.__new__
 
 
 @dataclass(frozen=True)
 class Assignment:
-    """Where and when every node runs under the cost model.
+    """Where and when every node runs under the cost model, and why.
 
     ``order`` lists the compute nodes (not placeholders, ``get_attr`` or ``output``) sorted
-    by ``(start, pick order)``, which is a topological order of the `Dag`.
+    by ``(start, pick order)``, which is a topological order of the `Dag`.  ``reasons`` holds
+    the `Placement` of every node of the Dag.
     """
 
     num_streams: int
@@ -37,15 +77,11 @@ class Assignment:
     makespan: float
     critical_path: float
     total_cost: float
+    reasons: Mapping[Node, Placement]
 
     @property
     def lower_bound(self) -> float:
         return lower_bound(self.critical_path, self.total_cost, self.num_streams)
-
-
-def lower_bound(critical_path: float, total_cost: float, num_streams: int) -> float:
-    """No schedule beats ``max(critical path, total cost / streams)``."""
-    return max(critical_path, total_cost / num_streams)
 
 
 class _Lane:
@@ -114,19 +150,23 @@ def assign_streams(dag: Dag, num_streams: int, cost_model: CostModel) -> Assignm
        that dependency when it has an idle gap at the earliest start, else the lowest stream
        with one, else the stream whose gap opens first.
     4. Graph inputs are ready at time 0 on stream 0; ``output`` runs on stream 0 last.
+
+    The rule that placed each node is its `Placement` in ``reasons``.
     """
     cost = _costs(dag, cost_model)
     level = bottom_levels(dag, cost)
-    stream: dict[Node, int] = {}
-    start: dict[Node, float] = {}
-    finish: dict[Node, float] = {}
+    placed = _Placed({}, {}, {}, {})
+    stream, start, finish, reasons = placed.stream, placed.start, placed.finish, placed.reasons
     for node in dag.nodes:
-        if node.op in _INPUT_OPS:
+        if node.op in INPUT_OPS:
             stream[node], start[node], finish[node] = 0, 0.0, 0.0
-    picked = _list_schedule(dag, num_streams, cost, level, stream, start, finish)
+            reasons[node] = Placement(INPUT, priority=level[node])
+    picked = _list_schedule(dag, num_streams, cost, level, placed)
     out = dag.output
-    stream[out] = 0
-    start[out] = finish[out] = max((finish[d] for d in dag.preds[out]), default=0.0)
+    # Placed as a zero-cost node would be (which reads no lane), then moved to stream 0.
+    _, ready, _, producer, _, tied = _place(dag.preds[out], 0.0, [], stream, finish)
+    stream[out], start[out], finish[out] = 0, ready, ready
+    reasons[out] = Placement(OUTPUT, producer, ready, level[out], tied)
     order = tuple(sorted(picked, key=start.__getitem__))  # stable: ties keep the pick order
     return Assignment(
         num_streams=num_streams,
@@ -137,6 +177,7 @@ def assign_streams(dag: Dag, num_streams: int, cost_model: CostModel) -> Assignm
         makespan=finish[out],
         critical_path=max(level.values(), default=0.0),
         total_cost=sum(cost.values()),
+        reasons=reasons,
     )
 
 
@@ -147,12 +188,15 @@ def serial_assignment(dag: Dag, cost_model: CostModel) -> Assignment:
     stream = dict.fromkeys(dag.nodes, 0)
     start: dict[Node, float] = {}
     finish: dict[Node, float] = {}
+    reasons: dict[Node, Placement] = {}
     t = 0.0
     for node in dag.nodes:
+        rule = INPUT if node.op in INPUT_OPS else OUTPUT if node is dag.output else IN_ORDER
+        reasons[node] = Placement(rule, ready=t, priority=level[node])
         start[node] = t
         t += cost[node]
         finish[node] = t
-    compute = tuple(n for n in dag.nodes if n.op not in _INPUT_OPS and n is not dag.output)
+    compute = tuple(n for n in dag.nodes if n.op not in INPUT_OPS and n is not dag.output)
     return Assignment(
         num_streams=1,
         stream=stream,
@@ -162,6 +206,7 @@ def serial_assignment(dag: Dag, cost_model: CostModel) -> Assignment:
         makespan=t,
         critical_path=max(level.values(), default=0.0),
         total_cost=t,
+        reasons=reasons,
     )
 
 
@@ -171,11 +216,21 @@ def _costs(dag: Dag, model: CostModel) -> dict[Node, float]:
     cost: dict[Node, float] = {}
     out, cost_of = dag.output, model.cost
     for node in dag.nodes:
-        if node.op in _INPUT_OPS or node is out:
+        if node.op in INPUT_OPS or node is out:
             cost[node] = 0.0
         else:
             cost[node] = checked_cost(model, node, cost_of(node))
     return cost
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """What `_list_schedule` fills in: stream, start, finish and reason of every node."""
+
+    stream: dict[Node, int]
+    start: dict[Node, float]
+    finish: dict[Node, float]
+    reasons: dict[Node, Placement]
 
 
 def _list_schedule(
@@ -183,14 +238,13 @@ def _list_schedule(
     num_streams: int,
     cost: dict[Node, float],
     level: dict[Node, float],
-    stream: dict[Node, int],
-    start: dict[Node, float],
-    finish: dict[Node, float],
+    placed: _Placed,
 ) -> list[Node]:
     index, preds, succs, out = dag.index, dag.preds, dag.succs, dag.output
+    stream, start, finish, reasons = placed.stream, placed.start, placed.finish, placed.reasons
     waiting = dict(dag.computed_dependency_counts)
     ready = [
-        (-level[n], index[n], n) for n in dag.nodes if n.op not in _INPUT_OPS and not waiting[n]
+        (-level[n], index[n], n) for n in dag.nodes if n.op not in INPUT_OPS and not waiting[n]
     ]
     heapq.heapify(ready)
     heappop, heappush = heapq.heappop, heapq.heappush
@@ -201,7 +255,12 @@ def _list_schedule(
         if node is out:
             continue
         c = cost[node]
-        s, t = _place(node, preds[node], c, lanes, stream, finish)
+        s, t, rule, producer, est, tied = _place(preds[node], c, lanes, stream, finish)
+        ends = lanes[s].ends
+        inserted = c > 0.0 and bool(ends) and ends[-1] > t
+        reasons[node] = _new_placement(
+            Placement, (rule, producer, est, level[node], tied, inserted)
+        )
         stream[node], start[node], finish[node] = s, t, t + c
         if c:
             lanes[s].occupy(t, t + c)
@@ -215,28 +274,36 @@ def _list_schedule(
 
 
 def _place(
-    node: Node,
     deps: dict[Node, int],
     cost: float,
     lanes: list[_Lane],
     stream: dict[Node, int],
     finish: dict[Node, float],
-) -> tuple[int, float]:
-    est, affinity, from_input = 0.0, 0, True
+) -> tuple[int, float, str, Node | None, float, bool]:
+    """Stream, start and rule (see `RULES`) of a node with dependencies ``deps`` and cost
+    ``cost``; then its producer (the dependency that finishes last), the producer's finish and
+    whether another dependency finishes then too."""
+    producer: Node | None = None
+    est, tied, from_input = 0.0, False, True
     for dep in deps:  # ties go to the first computed dependency (usually the main chain)
         f = finish[dep]
-        if f > est or (f == est and from_input and dep.op not in _INPUT_OPS):
-            est, affinity, from_input = f, stream[dep], dep.op in _INPUT_OPS
+        if f > est or producer is None:
+            producer, est, tied, from_input = dep, f, False, dep.op in INPUT_OPS
+        elif f == est:
+            tied = True
+            if from_input and dep.op not in INPUT_OPS:
+                producer, from_input = dep, False
+    affinity = stream[producer] if producer is not None else 0
     if cost == 0.0:
-        return affinity, est
+        return affinity, est, ZERO_COST, producer, est, tied
     ends = lanes[affinity].ends
     if not ends or ends[-1] <= est or lanes[affinity].earliest(est, cost) == est:
-        return affinity, est
+        return affinity, est, AFFINITY, producer, est, tied
     best_stream, best_start = affinity, lanes[affinity].earliest(est, cost)
     for s, lane in enumerate(lanes):
         t = lane.earliest(est, cost)
         if t < best_start:
             best_stream, best_start = s, t
             if t == est:
-                break
-    return best_stream, best_start
+                return s, t, FIRST_FREE, producer, est, tied
+    return best_stream, best_start, EARLIEST_GAP, producer, est, tied

@@ -12,7 +12,7 @@ Rules (DESIGN.md, Emit):
   producer (vector clocks are tracked while emitting, so no redundant wait is emitted);
 - a tensor used on another stream than the one that allocated it gets ``record_stream`` for
   that stream only where the allocator could otherwise reuse its block too early
-  (`msched.lifetimes`);
+  (`msched.analysis.lifetimes`);
 - ``output`` is last, on stream 0, after stream 0 has joined every dependency of ``output``.
 
 Nodes are emitted stream by stream: the current stream continues while its next node is ready,
@@ -32,9 +32,8 @@ from msched import ops
 from msched.analysis.dag import Dag
 from msched.analysis.effects import produces_tensor
 from msched.analysis.lifetimes import unsafe_cross_stream_uses
+from msched.analysis.nodes import INPUT_OPS
 from msched.scheduling.assign import Assignment
-
-_INPUT_OPS = ("placeholder", "get_attr")
 
 
 @dataclass(frozen=True)
@@ -51,34 +50,37 @@ class Emission:
 class _Emitter:
     """Builds the new node order; creates stream-op nodes, but does not relink the graph.
 
-    Positions: graph inputs are at position 0 of stream 0 and the preamble at 1..P, so the
-    entry event (recorded after the preamble) stands for position P of stream 0.
+    Positions count the nodes of each stream from 1 (the graph inputs are position 0 of
+    stream 0) and the preamble is positions 1..P of stream 0, so the entry event (recorded
+    after the preamble) stands for position P of stream 0.  A vector clock of stream ``s``
+    holds, for every stream ``t``, the last position of ``t`` that ``s`` has joined (-1:
+    none).
     """
 
     def __init__(self, graph: Graph, dag: Dag, assignment: Assignment, preamble: list[Node]):
-        self.graph, self.dag, self.a = graph, dag, assignment
-        self.preds = dag.preds
+        self.graph, self.dag, self.assignment = graph, dag, assignment
+        self.preds = dag.preds  # node -> what it must wait for (the Dag's edges)
         n = assignment.num_streams
-        self.vc = [[-1] * n for _ in range(n)]
-        self.seq_count = [0] * n
-        self.seq: dict[Node, int] = {}
-        self.snap: dict[Node, tuple[int, ...]] = {}
-        self.event_of: dict[Node, int] = {}
-        self.after: dict[Node, Node] = {}
-        self.before: dict[Node, list[Node]] = {}
-        self.started = [True] + [False] * (n - 1)
-        self.body: list[Node] = []
+        self.clock = [[-1] * n for _ in range(n)]  # per stream, its vector clock now
+        self.length = [0] * n  # per stream, how many nodes it has issued
+        self.position: dict[Node, int] = {}  # node -> its position on its stream
+        self.clock_after: dict[Node, tuple[int, ...]] = {}  # node -> its stream's clock after it
+        self.event_after: dict[Node, int] = {}  # producer -> the event recorded after it
+        self.record_after: dict[Node, Node] = {}  # producer -> its record_event node
+        self.records_before: dict[Node, list[Node]] = {}  # user -> record_stream nodes before it
+        self.started = [True] + [False] * (n - 1)  # per stream, whether it joined the entry
+        self.issued: list[Node] = []  # after the preamble: nodes and the stream ops between
         self.computed: list[Node] = []  # the preamble and the emitted nodes, in host order
-        self.added: list[Node] = []
-        self.stream: dict[Node, int] = {}
-        self.current = 0
+        self.stream_ops: list[Node] = []  # every stream-op node created
+        self.stream_of: dict[Node, int] = {}  # every node (stream ops included) -> its stream
+        self.current = 0  # the stream later nodes are issued on
         self.num_waits = 0
-        self.entry: Node | None = None
+        self.entry_record: Node | None = None  # the record of the entry event, once needed
         self.preamble = preamble
         for node in preamble:
             self._count(node, 0)
-        self.vc[0][0] = self.entry_point = len(preamble)
-        self.entry_snap = tuple([self.entry_point] + [-1] * (n - 1))
+        self.clock[0][0] = self.entry_position = len(preamble)
+        self.entry_clock = tuple([self.entry_position] + [-1] * (n - 1))
 
     def _new(self, op: Callable[..., Any], args: tuple[Any, ...], name: str, stream: int) -> Node:
         """A new stream-op node on ``stream`` (not yet in its place in the graph).
@@ -89,21 +91,21 @@ class _Emitter:
         """
         node = self.graph.create_node("call_function", op, None, None, name=name)
         node.args = args
-        self.added.append(node)
-        self.stream[node] = stream
+        self.stream_ops.append(node)
+        self.stream_of[node] = stream
         return node
 
     def _put(self, op: Callable[..., Any], args: tuple[Any, ...], name: str) -> None:
-        self.body.append(self._new(op, args, name, self.current))
+        self.issued.append(self._new(op, args, name, self.current))
 
     def _count(self, node: Node, s: int) -> None:
         """Stamp ``node`` as the next node of stream ``s``; keep its host order."""
-        self.stream[node] = s
-        k = self.seq_count[s] + 1
-        self.seq_count[s] = self.seq[node] = k
-        vc = self.vc[s]
-        vc[s] = k
-        self.snap[node] = tuple(vc)
+        self.stream_of[node] = s
+        k = self.length[s] + 1
+        self.length[s] = self.position[node] = k
+        clock = self.clock[s]
+        clock[s] = k
+        self.clock_after[node] = tuple(clock)
         self.computed.append(node)
 
     def _switch(self, s: int) -> None:
@@ -111,78 +113,83 @@ class _Emitter:
             self.current = s
             self._put(ops.set_stream, (s,), "set_stream")
 
-    def _join(self, s: int, snap: tuple[int, ...]) -> None:
-        vc = self.vc[s]
-        for t, v in enumerate(snap):
-            if v > vc[t]:
-                vc[t] = v
+    def _join(self, s: int, other: tuple[int, ...]) -> None:
+        """Stream ``s`` has waited for a point whose clock is ``other``."""
+        clock = self.clock[s]
+        for t, v in enumerate(other):
+            if v > clock[t]:
+                clock[t] = v
 
     def _start_stream(self, s: int) -> None:
         """Join stream 0's entry point, unless a wait on stream 0 already did."""
         self.started[s] = True
-        if self.vc[s][0] >= self.entry_point:
+        if self.clock[s][0] >= self.entry_position:
             return
-        if self.entry is None:
-            self.entry = self._new(ops.record_event, (0,), "record_event", 0)
+        if self.entry_record is None:
+            self.entry_record = self._new(ops.record_event, (0,), "record_event", 0)
         self._put(ops.wait_event, (0,), "wait_event")
         self.num_waits += 1
-        self._join(s, self.entry_snap)
+        self._join(s, self.entry_clock)
 
     def _event_for(self, producer: Node) -> int:
-        event = self.event_of.get(producer)
+        """The event recorded right after ``producer`` (created on first use)."""
+        event = self.event_after.get(producer)
         if event is None:
-            event = len(self.event_of) + 1
-            self.event_of[producer] = event
-            stream = self.a.stream[producer]
-            self.after[producer] = self._new(ops.record_event, (event,), "record_event", stream)
+            event = len(self.event_after) + 1
+            self.event_after[producer] = event
+            stream = self.assignment.stream[producer]
+            record = self._new(ops.record_event, (event,), "record_event", stream)
+            self.record_after[producer] = record
         return event
 
     def _wait_for(self, s: int, deps: dict[Node, int]) -> None:
         """Wait on the dependencies ``s`` does not know yet, skipping any a chosen wait covers.
 
         Per other stream only the latest uncovered dependency matters; of those, one whose
-        position another one's snapshot already includes needs no wait of its own.  Preamble
+        position another one's clock already includes needs no wait of its own.  Preamble
         dependencies are left to the entry wait.
         """
-        stream, seq, snap, vc = self.a.stream, self.seq, self.snap, self.vc[s]
-        entry = self.entry_point
-        latest: dict[int, Node] | None = None
+        stream, position, clock_after = self.assignment.stream, self.position, self.clock_after
+        clock, entry = self.clock[s], self.entry_position
+        latest: dict[int, Node] | None = None  # per other stream; None (no dict) is common
         for dep in deps:
             t = stream[dep]
             if t == s:
                 continue
-            k = seq.get(dep)
-            if k is None or vc[t] >= k or (t == 0 and k <= entry):
+            k = position.get(dep)
+            if k is None or clock[t] >= k or (t == 0 and k <= entry):
                 continue
             if latest is None:
                 latest = {t: dep}
-            elif t not in latest or k > seq[latest[t]]:
+            elif t not in latest or k > position[latest[t]]:
                 latest[t] = dep
         if latest is None:
             return
         needed = [
-            latest[t]
-            for t in sorted(latest)
-            if not any(snap[other][t] >= seq[latest[t]] for u, other in latest.items() if u != t)
+            dep
+            for t, dep in sorted(latest.items())
+            if not any(clock_after[o][t] >= position[dep] for u, o in latest.items() if u != t)
         ]
         for dep in needed:
             self._put(ops.wait_event, (self._event_for(dep),), "wait_event")
             self.num_waits += 1
-            self._join(s, snap[dep])
+            self._join(s, clock_after[dep])
 
     def emit(self, node: Node, s: int) -> None:
+        """Issue ``node`` on stream ``s``, after the switch and the waits it needs."""
         if s != self.current:
             self._switch(s)
         self._wait_for(s, self.preds[node])
         if not self.started[s]:
             self._start_stream(s)
-        self.body.append(node)
+        self.issued.append(node)
         self._count(node, s)
 
     def finish(self, output: Node) -> None:
+        """Join everything ``output`` depends on, on stream 0; add the ``record_stream``s."""
         self._switch(0)
         self._wait_for(0, self.preds[output])
-        self.stream[output] = 0
+        self.stream_of[output] = 0
         self._record_unsafe_uses(output)
 
     def _record_unsafe_uses(self, output: Node) -> None:
@@ -190,16 +197,16 @@ class _Emitter:
         unsafe = unsafe_cross_stream_uses(
             self.computed,
             output,
-            self.stream,
-            self.seq,
-            self.snap,
+            self.stream_of,
+            self.position,
+            self.clock_after,
             self.dag.effects.root,
             produces_tensor,
         )
         for use in unsafe:
             args = (use.tensor, use.stream)
             record = self._new(ops.record_stream, args, "record_stream", use.stream)
-            self.before.setdefault(use.user, []).append(record)
+            self.records_before.setdefault(use.user, []).append(record)
 
 
 def _preamble(dag: Dag, a: Assignment) -> list[Node]:
@@ -212,7 +219,7 @@ def _preamble(dag: Dag, a: Assignment) -> list[Node]:
         if (
             a.stream[node] == 0
             and a.finish[node] == 0.0
-            and all(d.op in _INPUT_OPS or d in inside for d in dag.preds[node])
+            and all(d.op in INPUT_OPS or d in inside for d in dag.preds[node])
         ):
             pre.append(node)
             inside.add(node)
@@ -236,7 +243,7 @@ def plan_emission(graph: Graph, dag: Dag, a: Assignment) -> Emission:
     pre = _preamble(dag, a)
     em = _Emitter(graph, dag, a, pre)
     for node in inputs:
-        em.stream[node] = 0
+        em.stream_of[node] = 0
     pending = dict(dag.computed_dependency_counts)
     rank = {n: i for i, n in enumerate(a.order)}
     succs, stream = dag.succs, a.stream
@@ -257,19 +264,19 @@ def plan_emission(graph: Graph, dag: Dag, a: Assignment) -> Emission:
     order = _link_order(em, inputs, pre, dag.output)
     return Emission(
         order=tuple(order),
-        stream=em.stream,
-        added=tuple(em.added),
-        num_events=len(em.event_of) + (1 if em.entry is not None else 0),
+        stream=em.stream_of,
+        added=tuple(em.stream_ops),
+        num_events=len(em.event_after) + (1 if em.entry_record is not None else 0),
         num_waits=em.num_waits,
     )
 
 
 def _link_order(em: _Emitter, inputs: list[Node], pre: list[Node], output: Node) -> list[Node]:
     order = inputs + pre
-    if em.entry is not None:
-        order.append(em.entry)
-    after, before = em.after, em.before
-    for node in em.body:
+    if em.entry_record is not None:
+        order.append(em.entry_record)
+    after, before = em.record_after, em.records_before
+    for node in em.issued:
         order.extend(before.get(node, ()))
         order.append(node)
         record = after.get(node)

@@ -13,6 +13,7 @@ from torch.fx.node import map_arg
 from msched import ops
 from msched.analysis.cost import CostModel, DefaultCostModel, check_cost_model
 from msched.analysis.dag import Dag, build_dag
+from msched.analysis.nodes import node_named
 from msched.errors import InvalidArgumentError, InvalidGraphError
 from msched.limits import check_num_streams
 from msched.scheduling.assign import Assignment, assign_streams, serial_assignment
@@ -43,10 +44,7 @@ class Schedule:
     def stream_of(self, node: Node | str) -> int:
         """The stream ``node`` (or the node named so) runs on; stream ops report their stream."""
         if isinstance(node, str):
-            for candidate in self.streams:
-                if candidate.name == node:
-                    return self.streams[candidate]
-            raise InvalidArgumentError(f"no node named {node!r} in the scheduled graph")
+            node = node_named(self.gm, node, "the scheduled graph")
         if node not in self.streams:
             raise InvalidArgumentError(f"node {node.name!r} is not in the scheduled graph")
         return self.streams[node]
@@ -119,48 +117,44 @@ def _check_unscheduled(graph: Graph) -> None:
 
 
 def schedule(
-    gm: GraphModule, num_streams: int = 2, cost_model: CostModel | None = None
+    gm: GraphModule,
+    num_streams: int = 2,
+    cost_model: CostModel | None = None,
+    *,
+    exit_edges: bool = True,
 ) -> Schedule:
     """Schedule ``gm`` onto ``num_streams`` streams, rewriting ``gm.graph`` in place.
 
     Why: the graph exit depends on the last write of every in-place target, so captures into
     a graph input (Eagle3) are emitted before ``output`` and joined on the caller's stream.
 
-    1. Build the `msched.analysis.dag.Dag` (data, RAW, WAR, WAW and exit edges); a cyclic graph is
-       an `msched.InvalidGraphError` naming the cycle.
-    2. Assign streams by critical-path list scheduling (`msched.assign`).
-    3. Plan the emitted order with the stream ops (`msched.emit`), then relink the graph and
-       recompile ``gm``, so calling ``gm`` runs the schedule.
+    1. Build the `msched.analysis.dag.Dag` (data, RAW, WAR, WAW and exit edges); a cyclic
+       graph is an `msched.InvalidGraphError` naming the cycle.
+    2. Assign streams by critical-path list scheduling (`msched.scheduling.assign`).
+    3. Plan the emitted order with the stream ops (`msched.scheduling.emit`), then relink the
+       graph and recompile ``gm``, so calling ``gm`` runs the schedule.
 
     ``num_streams`` is an int in ``1..msched.MAX_STREAMS`` (`msched.limits`).  With
     ``num_streams=1`` the node order is unchanged and no stream op is added.  Node names are
     kept.  On any error ``gm`` is left exactly as it was.
+
+    ``exit_edges=False``, an ablation for tests and benchmarks, builds the Dag without exit
+    edges: it reproduces the Eagle3 bug msched exists to prevent, which `msched.verify` reports.
     """
     _check_arguments(gm, num_streams, cost_model)
-    graph = gm.graph
-    dag = build_dag(gm)
-    _check_unscheduled(graph)
+    dag = build_dag(gm, exit_edges=exit_edges)
+    _check_unscheduled(gm.graph)
     model = cost_model or DefaultCostModel()
+    original = _GraphSnapshot.of(gm.graph)
     if num_streams == 1:
         assignment = serial_assignment(dag, model)
+        events, waits, streams = 0, 0, dict.fromkeys(dag.nodes, 0)
     else:
         assignment = assign_streams(dag, num_streams, model)
-    original = _GraphSnapshot.of(graph)
-    if num_streams == 1:
-        streams: dict[Node, int] = dict.fromkeys(dag.nodes, 0)
-        events = waits = 0
-    else:
         events, waits, streams = _rewrite(gm, dag, assignment)
+    makespan, lower_bound = assignment.makespan, assignment.lower_bound
     return Schedule(
-        gm=gm,
-        num_streams=num_streams,
-        streams=streams,
-        num_events=events,
-        num_waits=waits,
-        makespan=assignment.makespan,
-        lower_bound=assignment.lower_bound,
-        assignment=assignment,
-        _snapshot=original,
+        gm, num_streams, streams, events, waits, makespan, lower_bound, assignment, original
     )
 
 

@@ -19,7 +19,7 @@ of the hidden state into slice ``j`` of the capture buffer ``dest`` (a graph inp
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,50 +29,9 @@ from torch.fx import Graph, GraphModule, Node
 
 from msched.errors import InvalidArgumentError
 from msched.limits import positive_int
+from msched.testing.reference_ops import attention, inplace_slice_copy, moe_experts  # noqa: F401
 
 aten = torch.ops.aten
-
-
-@torch.library.custom_op("msched::inplace_slice_copy", mutates_args=("dest",))
-def inplace_slice_copy(dest: Tensor, src: Tensor, start: int, end: int) -> None:
-    """Copy ``src`` into ``dest[..., start:end]`` in place (the Eagle3 capture)."""
-    dest.narrow(-1, start, end - start).copy_(src)
-
-
-@inplace_slice_copy.register_fake
-def _(dest: Tensor, src: Tensor, start: int, end: int) -> None:
-    return None
-
-
-@torch.library.custom_op("msched::attention", mutates_args=("out",))
-def attention(q: Tensor, k: Tensor, v: Tensor, out: Tensor) -> None:
-    """Causal single-head attention of ``[tokens, dim]`` inputs, written into ``out``."""
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-    n = scores.shape[-1]
-    mask = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
-    probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-    out.copy_(probs @ v)
-
-
-@attention.register_fake
-def _(q: Tensor, k: Tensor, v: Tensor, out: Tensor) -> None:
-    return None
-
-
-@torch.library.custom_op("msched::moe_experts", mutates_args=())
-def moe_experts(x: Tensor, router: Tensor, w1: Tensor, w2: Tensor) -> Tensor:
-    """Top-1 routed experts: ``w1`` is ``[E, H, F]``, ``w2`` is ``[E, F, H]``."""
-    choice = (x @ router).argmax(dim=-1)
-    out = torch.zeros_like(x)
-    for e in range(w1.shape[0]):
-        picked = (choice == e).unsqueeze(-1).to(x.dtype)
-        out = out + picked * (torch.nn.functional.silu(x @ w1[e]) @ w2[e])
-    return out
-
-
-@moe_experts.register_fake
-def _(x: Tensor, router: Tensor, w1: Tensor, w2: Tensor) -> Tensor:
-    return torch.empty_like(x)
 
 
 @dataclass
@@ -81,6 +40,9 @@ class DecoderStack:
 
     ``gm`` is built once per stack (schedule it in place if you like); ``reference()`` runs an
     unscheduled copy made at construction, so it is unaffected by scheduling ``gm``.
+    ``layer_of`` maps the name of every node built for a decoder layer (its weights, its ops
+    and its capture) to the layer's 0-based index; the inputs, the final norm and ``output``
+    belong to no layer.  Names survive `msched.schedule`, so it reads a scheduled graph too.
     """
 
     gm: GraphModule
@@ -91,6 +53,7 @@ class DecoderStack:
     hidden: int
     tokens: int
     seed: int
+    layer_of: Mapping[str, int]
     _reference_gm: GraphModule
 
     def example_inputs(self) -> tuple[Tensor, Tensor]:
@@ -172,6 +135,23 @@ class _Builder:
         shared = self.mlp(hn, f"l{i}_shared")
         return self.op(aten.add.Tensor, self.op(aten.add.Tensor, h, routed), shared)
 
+    def layers(
+        self, h: Node, dest: Node, n_layers: int, capture_layers: tuple[int, ...], moe: bool
+    ) -> tuple[Node, list[Node], dict[str, int]]:
+        """Append ``n_layers`` layers after hidden state ``h``: the last hidden state, the
+        captures, and the layer of every node appended (by name)."""
+        captures: list[Node] = []
+        bounds = []  # [first, end) positions of each layer's nodes in the graph
+        for i in range(n_layers):
+            first = len(self.graph.nodes)
+            h = self.ffn_block(self.attention_block(h, i), i, moe)
+            if i in capture_layers:
+                captures.append(self.capture(dest, h, capture_layers.index(i), i))
+            bounds.append((first, len(self.graph.nodes)))
+        nodes = list(self.graph.nodes)
+        layer_of = {n.name: i for i, (lo, hi) in enumerate(bounds) for n in nodes[lo:hi]}
+        return h, captures, layer_of
+
     def capture(self, dest: Node, h: Node, j: int, layer: int) -> Node:
         start, end = j * self.hidden, (j + 1) * self.hidden
         op = torch.ops.msched.inplace_slice_copy.default
@@ -217,18 +197,10 @@ def decoder_stack(
     b = _Builder(hidden, seed, capture_kwargs)
     h = b.graph.placeholder("x")
     dest = b.graph.placeholder("dest")
-    captures: list[Node] = []
-    for i in range(n_layers):
-        h = b.ffn_block(b.attention_block(h, i), i, moe)
-        if i in capture_layers:
-            captures.append(b.capture(dest, h, capture_layers.index(i), i))
+    h, captures, layer_of = b.layers(h, dest, n_layers, capture_layers, moe)
     b.graph.output(b.rms_norm(h, "final_ln"))
-    gm = GraphModule(b.root, b.graph, "DecoderStack")
-    ref_graph = Graph()
-    ref_graph.output(ref_graph.graph_copy(b.graph, {}))
-    ref = GraphModule(b.root, ref_graph, "DecoderStackReference")
     return DecoderStack(
-        gm=gm,
+        gm=GraphModule(b.root, b.graph, "DecoderStack"),
         dest=dest,
         captures=captures,
         n_layers=n_layers,
@@ -236,8 +208,16 @@ def decoder_stack(
         hidden=hidden,
         tokens=tokens,
         seed=seed,
-        _reference_gm=ref,
+        layer_of=layer_of,
+        _reference_gm=_reference_module(b),
     )
+
+
+def _reference_module(b: _Builder) -> GraphModule:
+    """An unscheduled copy of the stack's graph, sharing its weights."""
+    graph = Graph()
+    graph.output(graph.graph_copy(b.graph, {}))
+    return GraphModule(b.root, graph, "DecoderStackReference")
 
 
 class RMSNorm(nn.Module):

@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import Argument
 
-import msched.testing.decoders  # noqa: F401  (registers msched::inplace_slice_copy)
+import msched.testing.reference_ops  # noqa: F401  (registers msched::inplace_slice_copy)
 
 __all__ = ["OPS", "example_inputs", "graphs", "stream_counts"]
 

@@ -56,9 +56,11 @@ def happens_before(gm: GraphModule, skip: frozenset[str] = frozenset()) -> Happe
             position[step.node.name] = (0, 0)
             knows[step.node.name] = tuple(vc[0])
         elif step.kind == "record_event":
-            events[step.arg] = tuple(vc[s])  # type: ignore[index]
+            assert step.event is not None
+            events[step.event] = tuple(vc[s])
         elif step.kind == "wait_event":
-            snap = events[step.arg]  # type: ignore[index]
+            assert step.event is not None
+            snap = events[step.event]
             waits.append(Wait(step.node, s, tuple(vc[s]), snap))
             vc[s] = [max(a, b) for a, b in zip(vc[s], snap, strict=True)]
         elif step.kind == "compute":

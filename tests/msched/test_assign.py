@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import pytest
 import torch
-from torch.fx import Graph
+from torch.fx import Graph, Node
 
 import msched
-from msched.scheduling.assign import _Lane, assign_streams, bottom_levels
+from msched.pictures.explain import explain_lines, placement_text
+from msched.scheduling import assign
+from msched.scheduling.assign import Assignment, _Lane, assign_streams, bottom_levels
 from msched.testing.decoders import decoder_stack
 
 from .graphs import eagle3_graph, module
@@ -93,3 +96,107 @@ def test_one_stream_assignment_follows_the_input_order() -> None:
     assert starts == sorted(starts)
     assert a.start[stack.captures[0]] < a.start[stack.captures[1]] < a.makespan
     assert sched.makespan == a.total_cost
+
+
+# --- placements: why each node got its stream ---------------------------------------------
+
+
+def _rule_from_outcome(a: Assignment, deps: dict[Node, set[str]], node: Node) -> str:
+    """The rule that must have placed ``node``, read from where and when it runs (an oracle
+    independent of how `assign` records it)."""
+    if node.op in ("placeholder", "get_attr"):
+        return assign.INPUT
+    if node.op == "output":
+        return assign.OUTPUT
+    why = a.reasons[node]
+    ready = max((a.finish[d] for d in deps), default=0.0)
+    assert why.ready == ready, node.name
+    if why.producer is not None:
+        assert why.producer in deps and a.finish[why.producer] == ready, node.name
+        assert why.tied == (sum(a.finish[d] == ready for d in deps) > 1), node.name
+    home = a.stream[why.producer] if why.producer is not None else 0
+    if a.finish[node] == a.start[node]:
+        assert (a.stream[node], a.start[node]) == (home, ready), node.name
+        return assign.ZERO_COST
+    if (a.stream[node], a.start[node]) == (home, ready):
+        return assign.AFFINITY
+    needed = (ready, ready + a.finish[node] - a.start[node])  # when it would have run there
+    overlapping = [m for m in a.order if a.stream[m] == home and _overlaps(a, m, needed)]
+    assert overlapping, f"{node.name} left the stream of its producer, which was idle"
+    return assign.FIRST_FREE if a.start[node] == ready else assign.EARLIEST_GAP
+
+
+def _overlaps(a: Assignment, node: Node, interval: tuple[float, float]) -> bool:
+    return a.start[node] < interval[1] and a.finish[node] > interval[0]
+
+
+_PHRASES = {
+    assign.INPUT: "graph inputs and weights are ready on stream 0",
+    assign.OUTPUT: "output always runs on stream 0",
+    assign.ZERO_COST: "zero-cost nodes follow their producer",
+    assign.AFFINITY: "it stays on that stream, which is idle then",
+    assign.FIRST_FREE: "is the first free for it (starts at",
+    assign.EARLIEST_GAP: "is the first free for it (starts at",
+}
+
+
+@pytest.mark.parametrize(("moe", "streams"), [(True, 3), (False, 2), (True, 4)])
+def test_every_placement_matches_the_outcome_and_explain_says_it(moe: bool, streams: int) -> None:
+    stack = decoder_stack(12, (1, 5, 11), moe=moe)
+    sched = msched.schedule(stack.gm, streams)
+    a, dag = sched.assignment, msched.build_dag(sched.original)
+    by_name = {n.name: n for n in sched.gm.graph.nodes}
+    rules = set()
+    for original in dag.nodes:
+        node = by_name[original.name]
+        deps = {by_name[d.name]: r for d, r in dag.dependencies(original).items()}
+        rule = _rule_from_outcome(a, deps, node)
+        assert a.reasons[node].rule == rule, node.name
+        text = placement_text(sched, node)
+        assert _PHRASES[rule] in text, (node.name, rule, text)
+        producer = a.reasons[node].producer
+        if rule not in (assign.INPUT, assign.OUTPUT) and producer is not None:
+            assert f"its dependency {producer.name} finishes last" in text, node.name
+            assert f"on stream {a.stream[producer]}" in text, node.name
+        if a.reasons[node].inserted:
+            assert any(
+                a.stream[m] == a.stream[node] and a.start[m] >= a.finish[node] for m in a.order
+            )
+        rules.add(rule)
+    assert {assign.INPUT, assign.OUTPUT, assign.AFFINITY} <= rules
+    assert rules & {assign.FIRST_FREE, assign.EARLIEST_GAP}
+    for capture in stack.captures:
+        lines = explain_lines(sched, capture)
+        assert lines[lines.index(f"Why stream {a.stream[capture]}:") + 1] == "  " + placement_text(
+            sched, capture
+        )
+
+
+def test_a_capture_is_placed_by_a_recorded_rule_next_to_its_producer() -> None:
+    stack = decoder_stack(12, (1, 5, 11))
+    a = assign_streams(msched.build_dag(stack.gm), 2, msched.DefaultCostModel())
+    for cap in stack.captures:
+        why = a.reasons[cap]
+        assert why.producer is cap.kwargs["src"] and a.start[cap] == why.ready, cap.name
+    last = stack.captures[-1]
+    assert a.reasons[last].priority == a.finish[last] - a.start[last]  # only the exit follows
+
+
+def test_a_zero_cost_view_follows_its_producer_onto_its_stream() -> None:
+    g, n = _two_chains()
+    with g.inserting_before(n["out"]):
+        view = g.call_function(aten.t.default, (n["b1"],))
+    n["out"].replace_input_with(n["b1"], view)
+    sched = msched.schedule(module(g), 2)
+    why = sched.assignment.reasons[view]
+    assert (why.rule, why.producer) == (assign.ZERO_COST, n["b1"])
+    assert sched.stream_of(view) == sched.stream_of(n["b1"]) == 1
+    assert "zero-cost nodes follow their producer" in placement_text(sched, view)
+
+
+def test_one_stream_placements_say_the_input_order_is_kept() -> None:
+    stack = decoder_stack(3, (0, 2))
+    sched = msched.schedule(stack.gm, 1)
+    rules = {sched.assignment.reasons[n].rule for n in stack.gm.graph.nodes}
+    assert rules == {assign.INPUT, assign.IN_ORDER, assign.OUTPUT}
+    assert "input order is kept" in placement_text(sched, stack.captures[0])

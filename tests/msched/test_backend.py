@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import operator
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +19,15 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 
 import msched
-from msched.analysis.dag import _without_exit_edges
 from msched.analysis.effects import _REGISTERED_MUTATIONS, _REGISTERED_SIDE_EFFECTS
 from msched.compile import _reinplace, compiler
-from msched.compile._reinplace import ReinplaceError, reinplace
-from msched.compile.compiler import MschedBackend, Piece, PieceVerificationError, compile_and_run
+from msched.compile._reinplace import reinplace
+from msched.compile.compiler import MschedBackend, Piece, compile_and_run
 from msched.compile.traced import TracedDecoder, record_piece_inputs, trace_decoder
 from msched.proof.executor import execute
 from msched.proof.verifier import verify
 from msched.testing.decoders import TinyDecoder
 
-# The module, not the function `msched.backend` that shadows it as an attribute of msched.
-backend_module = compiler
 CAPTURE = torch.ops.msched.inplace_slice_copy.default
 CONFIGS = [(s, p) for s in (1, 2, 3) for p in (False, True)]
 CONFIG_IDS = [f"streams{s}-{'piecewise' if p else 'whole'}" for s, p in CONFIGS]
@@ -195,9 +194,8 @@ def test_unregistered_custom_op_is_scheduled_and_joined_at_exit() -> None:
 
 def test_without_exit_edges_the_last_capture_races_and_verify_says_so() -> None:
     model = TinyDecoder(12, HIDDEN, (1, 5, 11))
-    b = msched.backend(num_streams=3, piecewise=True, verify=False)
-    with _without_exit_edges():
-        _, compiled = compile_and_run(model, model.example_inputs(TOKENS), b)
+    b = msched.backend(num_streams=3, piecewise=True, verify=False, exit_edges=False)
+    _, compiled = compile_and_run(model, model.example_inputs(TOKENS), b)
     last = b.pieces[-1]
     columns = model.capture_slice(11)
     capture = capture_of(last.gm, columns)
@@ -223,19 +221,12 @@ def test_without_exit_edges_the_last_capture_races_and_verify_says_so() -> None:
 # --- errors --------------------------------------------------------------------------------
 
 
-def test_piece_failing_verification_raises_naming_the_piece(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    real = backend_module.schedule
-
-    def schedule_without_exit_edges(*args: Any, **kwargs: Any) -> msched.Schedule:
-        with _without_exit_edges():
-            return real(*args, **kwargs)
-
-    monkeypatch.setattr(backend_module, "schedule", schedule_without_exit_edges)
+def test_piece_failing_verification_raises_naming_the_piece() -> None:
     model = TinyDecoder(12, HIDDEN, (1, 5, 11))
-    with pytest.raises(PieceVerificationError, match=r"piece graph0\.submod_24 failed") as info:
-        msched.trace(model, *model.example_inputs(TOKENS), num_streams=3, piecewise=True)
+    inputs = model.example_inputs(TOKENS)
+    match = r"piece graph0\.submod_24 failed"
+    with pytest.raises(msched.PieceVerificationError, match=match) as info:
+        msched.trace(model, *inputs, num_streams=3, piecewise=True, exit_edges=False)
     assert isinstance(info.value, msched.MschedError)
     assert "exit-not-joined" in str(info.value)
 
@@ -243,20 +234,20 @@ def test_piece_failing_verification_raises_naming_the_piece(
 def test_piece_failure_through_torch_compile_is_wrapped_by_dynamo(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def broken(gm: GraphModule, num_streams: int, cost_model: Any) -> msched.Schedule:
-        sched = msched.schedule(gm, num_streams, cost_model)
+    def broken(gm: GraphModule, num_streams: int, cost_model: Any, **kw: Any) -> msched.Schedule:
+        sched = msched.schedule(gm, num_streams, cost_model, **kw)
         waits = [n for n in gm.graph.nodes if n.target is msched.ops.wait_event]
         gm.graph.erase_node(waits[-1])  # drop the exit's join
         gm.recompile()
         return sched
 
-    monkeypatch.setattr(backend_module, "schedule", broken)
+    monkeypatch.setattr(compiler, "schedule", broken)
     torch._dynamo.reset()
     compiled = torch.compile(ScaleInto(), backend=msched.backend(num_streams=2))
     with pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as info:
         compiled(torch.randn(4, 8), torch.zeros(4, 8))
     inner = info.value.inner_exception
-    assert isinstance(inner, PieceVerificationError) and "piece graph0 failed" in str(inner)
+    assert isinstance(inner, msched.PieceVerificationError) and "piece graph0 failed" in str(inner)
 
 
 class SliceCapture(torch.nn.Module):
@@ -280,7 +271,9 @@ def test_op_that_cannot_be_reinplaced_raises_naming_it() -> None:
     # which reads the base after the call: in place, that read would see the new value.
     x, buf = torch.randn(3, 4), torch.zeros(3, 8)
     with torch._inductor.config.patch(enable_auto_functionalized_v2=False):
-        with pytest.raises(ReinplaceError, match=r"cannot re-inplace msched::inplace_slice_copy"):
+        with pytest.raises(
+            msched.ReinplaceError, match=r"cannot re-inplace msched::inplace_slice_copy"
+        ):
             msched.trace(SliceCapture(), x, buf, num_streams=2)
 
 
@@ -343,14 +336,14 @@ def test_reinplace_refuses_when_the_old_value_is_read_afterwards() -> None:
     gm = _functional_graph({}, read_old_after=True)
     before = gm.code
     match = r"msched_test::scale_into.*'add_tensor' reads 'clone_default'"
-    with pytest.raises(ReinplaceError, match=match):
+    with pytest.raises(msched.ReinplaceError, match=match):
         reinplace(gm)
     assert gm.code == before
 
 
 def test_reinplace_refuses_unknown_view_metadata() -> None:
     gm = _functional_graph({"_out_strange_view": 3}, read_old_after=False)
-    with pytest.raises(ReinplaceError, match=r"msched_test::scale_into.*_out_strange_view"):
+    with pytest.raises(msched.ReinplaceError, match=r"msched_test::scale_into.*_out_strange_view"):
         reinplace(gm)
 
 
@@ -576,6 +569,35 @@ def test_split_ops_choose_where_to_cut() -> None:
     assert ["ops.msched.moe_experts" in p.code for p in pieces] == [False, True, False, True, False]
 
 
+def test_split_ops_by_qualified_name_match_their_overloads() -> None:
+    g = Graph()
+    x = g.placeholder("x")
+    moe = g.call_function(torch.ops.msched.moe_experts.default, (x, x, x, x))
+    add = g.call_function(torch.ops.aten.add.Tensor, (x, x))
+    g.output((moe, add))
+    matches = {
+        "msched::moe_experts": (True, False),
+        "msched::moe_experts.default": (True, False),
+        "msched::moe_experts.other": (False, False),
+        "aten::add": (False, True),
+        "aten::add.Tensor": (False, True),
+        "aten::add.Scalar": (False, False),
+    }
+    for name, expected in matches.items():
+        found = tuple(compiler._is_split_op(node, (name,)) for node in (moe, add))
+        assert found == expected, name
+
+
+def test_the_backend_imports_no_test_model() -> None:
+    code = (
+        "import sys, msched; b = msched.backend(piecewise=True); "
+        "print(sorted(m for m in sys.modules if m.startswith('msched.testing')), "
+        "b.config.split_ops)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "[] ('msched::attention',)"
+
+
 # --- piecewise: a view taken before a split and its base stay one storage ------------------
 
 
@@ -683,7 +705,7 @@ def test_split_op_decomposed_by_aot_raises_naming_the_ops_it_became() -> None:
         r"decomposed it; ops of the graph that look related: "
         r"aten\._scaled_dot_product_flash_attention_for_cpu\.default"
     )
-    with pytest.raises(backend_module.SplitOpNotFoundError, match=match) as info:
+    with pytest.raises(msched.SplitOpNotFoundError, match=match) as info:
         compile_and_run(Attention(), (q, q, q), b)
     assert isinstance(info.value, msched.MschedError)
     # The op the error names is where the graph splits.
@@ -694,9 +716,9 @@ def test_split_op_decomposed_by_aot_raises_naming_the_ops_it_became() -> None:
 
 
 def test_a_graph_without_anything_like_a_split_op_is_one_piece_with_a_warning() -> None:
-    b = msched.backend(num_streams=2, piecewise=True)  # default: msched::attention
-    match = r"calls no split op \(msched\.attention\), so it is one piece; its ops: .*mm"
-    with pytest.warns(backend_module.SplitOpNotFoundWarning, match=match):
+    b = msched.backend(num_streams=2, piecewise=True)  # default: "msched::attention"
+    match = r"calls no split op \(msched::attention\), so it is one piece; its ops: .*mm"
+    with pytest.warns(msched.SplitOpNotFoundWarning, match=match):
         compile_and_run(ScaleInto(), (torch.randn(4, 8), torch.zeros(4, 8)), b)
     assert len(b.pieces) == 1
 
@@ -733,7 +755,7 @@ def test_compiled_call_runs_inside_its_own_runtime() -> None:
 
 
 def test_model_that_never_reaches_the_backend_raises() -> None:
-    b = MschedBackend(backend_module.BackendConfig())
+    b = MschedBackend(compiler.BackendConfig())
     with pytest.raises(msched.MschedError, match="never handed a graph"):
         compile_and_run(torch.nn.Identity(), (3,), b)
 

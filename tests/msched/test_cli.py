@@ -13,6 +13,7 @@ import pytest
 
 import msched
 from msched import cli
+from msched.testing.decoders import decoder_stack
 
 SMALL = ["--layers", "4", "--captures", "1,3", "--moe", "--streams", "3"]
 
@@ -43,6 +44,20 @@ def test_demo_names_every_capture_and_verifies_2_and_3_streams(
         assert [line.split()[0] for line in joined] == ["2", "3"]
         assert all("wait e" in line for line in joined)
     assert "Layer 5 on 3 streams" in out and "s2 |     wait e" in out
+
+
+def test_the_layer_excerpt_comes_from_the_layers_the_stack_recorded() -> None:
+    stack = decoder_stack(4, (1, 3), moe=True)
+    layer_of = stack.layer_of
+    assert (layer_of["l2_wq"], layer_of["capture_1"], layer_of["capture_3"]) == (2, 1, 3)
+    assert not {"x", "dest", "final_ln", "output"} & set(layer_of)
+    in_layers = [layer_of[n.name] for n in stack.gm.graph.nodes if n.name in layer_of]
+    assert in_layers == sorted(in_layers) and set(in_layers) == {0, 1, 2, 3}
+    run = cli.build_and_schedule(4, (1, 3), True, 3)
+    members = cli._layer_members(run, 3)
+    ops = {n.name for n in stack.gm.graph.nodes if n.op == "call_function"}
+    assert members == {name for name in ops if layer_of.get(name) == 3}
+    assert "capture_3" in members and "capture_1" not in members
 
 
 def test_demo_out_writes_the_pictures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,6 +9,7 @@ from torch.fx import Graph
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import msched
+from msched.analysis.cost import OP_CATEGORIES, op_category
 from msched.testing.decoders import decoder_stack
 
 aten = torch.ops.aten
@@ -33,6 +34,46 @@ def test_default_table() -> None:
     for free in ("x", "view_default", "split_tensor", "getitem", "sym_size_int", "output"):
         assert costs[free] == 0.0, free
     assert isinstance(model, msched.CostModel)
+
+
+def _categorised(**kinds: tuple[object, ...]) -> dict[str, str]:
+    g = Graph()
+    x = g.placeholder("attn_weight")  # a graph input is "other", whatever its name
+    categories = {"attn_weight": op_category(x)}
+    for name, (target, *args) in kinds.items():
+        op = "call_method" if isinstance(target, str) else "call_function"
+        node = g.create_node(op, target, (x, *args), name=name)  # type: ignore[arg-type]
+        categories[name] = op_category(node)
+    g.output(x)
+    return categories
+
+
+def test_op_category_is_the_one_classification_of_ops() -> None:
+    categories = _categorised(
+        mm=(aten.mm.default, None),
+        einsum=(torch.einsum, "ij->ji"),
+        attention=(torch.ops.msched.attention.default, None, None, None),
+        moe=(torch.ops.msched.moe_experts.default, None, None, None),
+        capture=(torch.ops.msched.inplace_slice_copy.default, None, 0, 1),
+        add_=("add_", 1.0),
+        relu=(aten.relu.default,),
+        relu_inplace=(torch.relu_,),
+    )
+    assert categories == {
+        "attn_weight": "other",
+        "mm": "matmul",
+        "einsum": "matmul",
+        "attention": "attention",
+        "moe": "moe",
+        "capture": "capture / in-place",
+        "add_": "capture / in-place",
+        "relu": "other",
+        "relu_inplace": "capture / in-place",
+    }
+    assert set(categories.values()) <= set(OP_CATEGORIES)
+    # The table costs by the same kinds: attention is matmul-like.
+    assert set(msched.DefaultCostModel.TABLE) == set(OP_CATEGORIES)
+    assert msched.DefaultCostModel.TABLE["attention"] == msched.DefaultCostModel.TABLE["matmul"]
 
 
 def test_roofline_uses_shapes_and_falls_back_to_the_table() -> None:

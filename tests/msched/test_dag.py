@@ -6,6 +6,7 @@ from torch.fx import Graph
 
 import msched
 from msched.analysis._graphcheck import find_cycle
+from msched.analysis.nodes import node_named
 
 from .graphs import cyclic_graph, eagle3_graph, hazard_graph
 
@@ -20,8 +21,27 @@ def test_output_depends_on_the_capture_with_reason_exit(positional: bool) -> Non
     deps = dag.dependencies(out)
     assert deps[nodes["capture"]] == {"exit"}
     assert deps[nodes["out"]] == {"data"}
-    dest = next(n for n in gm.graph.nodes if n.name == "dest")
+    dest = node_named(gm, "dest")
     assert dag.dependencies(nodes["capture"]) == {nodes["a"]: {"data"}, dest: {"data"}}
+
+
+def test_without_exit_edges_nothing_joins_the_exit_but_its_inputs() -> None:
+    gm, nodes = eagle3_graph()
+    dag = msched.build_dag(gm, exit_edges=False)  # the ablation that reproduces the bug
+    assert dag.dependencies(dag.output) == {nodes["out"]: {"data"}}
+    assert dag.succs[nodes["capture"]] == []
+    with_exit = msched.build_dag(gm)
+    assert with_exit.dependencies(with_exit.output)[nodes["capture"]] == {"exit"}
+
+
+def test_node_named_finds_a_node_or_says_which_is_missing() -> None:
+    gm, nodes = eagle3_graph()
+    assert node_named(gm, "capture") is nodes["capture"]
+    assert node_named(gm.graph, "capture") is nodes["capture"]
+    with pytest.raises(msched.InvalidArgumentError, match="no node named 'nope' in the graph"):
+        node_named(gm, "nope")
+    with pytest.raises(msched.InvalidArgumentError, match="expected a torch.fx.GraphModule"):
+        node_named(3, "capture")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("kind", "reason"), [("war", "war"), ("raw", "raw"), ("waw", "waw")])

@@ -7,7 +7,7 @@ import torch
 from torch.fx import GraphModule
 
 import msched
-from msched.proof.dialects import Dialect
+from msched.proof.dialects import Dialect, interpret
 
 from .scheduled import Scheduled, aten, unjoined_aux_start
 
@@ -107,3 +107,18 @@ def test_a_registered_op_namespace_is_a_dialect_by_name() -> None:
         trtllm_schedule(wait_for_a=False), dialect=Dialect.from_namespace(NAMESPACE)
     )
     assert report.violations == by_object.violations
+
+
+def test_steps_name_the_event_or_the_stream_of_each_stream_op() -> None:
+    program = interpret(trtllm_schedule(wait_for_a=True), dialect=NAMESPACE)
+    fields = [(s.kind, s.stream, s.event, s.to_stream) for s in program.steps]
+    assert fields[2:7] == [
+        ("compute", 0, None, None),  # a
+        ("record_event", 0, 1, None),
+        ("set_stream", 1, None, 1),
+        ("wait_event", 1, 1, None),
+        ("record_stream", 1, None, 1),
+    ]
+    keep = program.steps[6]
+    assert keep.tensor is not None and keep.tensor.name == "a"
+    assert all(s.tensor is None for s in program.steps if s.kind != "record_stream")

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import contextlib
 import operator
+from collections.abc import Iterator
+from functools import partial
 
 import pytest
 import torch
@@ -8,6 +11,7 @@ from torch.fx import Graph
 
 import msched
 from msched.analysis.effects import compute_effects, produces_tensor
+from msched.analysis.nodes import node_named
 
 from .graphs import capture_op, eagle3_graph, module
 
@@ -31,7 +35,7 @@ def test_write_through_slice_of_placeholder_is_a_write_to_the_placeholder() -> N
 def test_capture_writes_dest_positionally_and_by_keyword(positional: bool) -> None:
     gm, nodes = eagle3_graph(positional=positional)
     eff = compute_effects(gm.graph)
-    dest = next(n for n in gm.graph.nodes if n.name == "dest")
+    dest = node_named(gm, "dest")
     assert eff.writes[nodes["capture"]] == (dest,)
     assert nodes["capture"] in eff.side_effects
 
@@ -108,10 +112,6 @@ def test_produces_tensor_distinguishes_tensors_from_tuples_and_ints() -> None:
 # --- sound by default -------------------------------------------------------------------------
 
 
-def _by_name(gm: torch.fx.GraphModule) -> dict[str, torch.fx.Node]:
-    return {n.name: n for n in gm.graph.nodes}
-
-
 def _opaque(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a
 
@@ -128,24 +128,31 @@ class _CallsOpaque(torch.nn.Module):
 
 def test_an_unknown_function_reads_and_writes_its_inputs_and_its_result_aliases_them() -> None:
     gm = torch.fx.symbolic_trace(_CallsOpaque())
-    n = _by_name(gm)
+    n = partial(node_named, gm)
     eff = compute_effects(gm.graph)
-    assert set(eff.writes[n["_opaque"]]) == {n["x"], n["y"]}
-    assert set(eff.writes[n["mul_"]]) == {n["_opaque"], n["x"], n["y"]}
-    assert n["_opaque"] in eff.world and n["_opaque"] in eff.side_effects
+    assert set(eff.writes[n("_opaque")]) == {n("x"), n("y")}
+    assert set(eff.writes[n("mul_")]) == {n("_opaque"), n("x"), n("y")}
+    assert n("_opaque") in eff.world and n("_opaque") in eff.side_effects
+
+
+@contextlib.contextmanager
+def _registered_pure(target: object) -> Iterator[None]:
+    """`msched.register_pure` for the block only."""
+    msched.register_pure(target)
+    try:
+        yield
+    finally:
+        msched.analysis.effects._REGISTERED_PURE.discard(target)
+        msched.analysis.effects._OP_INFO_CACHE.clear()
 
 
 def test_register_pure_makes_an_unknown_function_plain() -> None:
     gm = torch.fx.symbolic_trace(_CallsOpaque())
-    msched.register_pure(_opaque)
-    try:
+    with _registered_pure(_opaque):
         eff = compute_effects(gm.graph)
-    finally:
-        msched.analysis.effects._REGISTERED_PURE.discard(_opaque)
-        msched.analysis.effects._OP_INFO_CACHE.clear()
-    n = _by_name(gm)
-    assert eff.writes[n["_opaque"]] == () and eff.root[n["_opaque"]] is n["_opaque"]
-    assert eff.writes[n["mul_"]] == (n["_opaque"],)
+    n = partial(node_named, gm)
+    assert eff.writes[n("_opaque")] == () and eff.root[n("_opaque")] is n("_opaque")
+    assert eff.writes[n("mul_")] == (n("_opaque"),)
 
 
 class _Mystery(torch.nn.Module):
@@ -175,19 +182,14 @@ def test_modules_unknown_by_default_and_register_pure_accepts_types_and_instance
 ) -> None:
     root = _UsesModules()
     gm = torch.fx.GraphModule(root, _MysteryIsALeaf().trace(root))
-    n = _by_name(gm)
+    n = partial(node_named, gm)
     eff = compute_effects(gm.graph)
-    assert eff.writes[n["mystery"]] == (n["x"],)  # unknown module: writes what it receives
-    assert eff.writes[n["relu"]] == (n["mystery"], n["x"])  # inplace=True, through the alias
-    assert eff.writes[n["lin"]] == () and len(eff.reads[n["lin"]]) == 4  # input, alias, w, b
-    target = _Mystery if declare == "type" else root.mystery
-    msched.register_pure(target)
-    try:
+    assert eff.writes[n("mystery")] == (n("x"),)  # unknown module: writes what it receives
+    assert eff.writes[n("relu")] == (n("mystery"), n("x"))  # inplace=True, through the alias
+    assert eff.writes[n("lin")] == () and len(eff.reads[n("lin")]) == 4  # input, alias, w, b
+    with _registered_pure(_Mystery if declare == "type" else root.mystery):
         after = compute_effects(gm.graph)
-    finally:
-        msched.analysis.effects._REGISTERED_PURE.discard(target)
-        msched.analysis.effects._OP_INFO_CACHE.clear()
-    assert after.writes[n["mystery"]] == () and after.writes[n["relu"]] == (n["mystery"],)
+    assert after.writes[n("mystery")] == () and after.writes[n("relu")] == (n("mystery"),)
 
 
 @pytest.mark.parametrize(
@@ -214,14 +216,14 @@ class _Cache(torch.nn.Module):
 
 def test_every_get_attr_of_one_attribute_and_tied_state_are_one_storage() -> None:
     gm = torch.fx.symbolic_trace(_Cache())
-    n = _by_name(gm)
+    n = partial(node_named, gm)
     eff = compute_effects(gm.graph)
     caches = [x for x in gm.graph.nodes if x.op == "get_attr" and x.target == "k_cache"]
     assert len(caches) == 2 and {eff.root[c] for c in caches} == {caches[0]}
     weight = next(x for x in gm.graph.nodes if x.op == "get_attr" and x.target == "head.weight")
-    assert weight in eff.reads[n["tail"]]  # the module reads the tied parameter
+    assert weight in eff.reads[n("tail")]  # the module reads the tied parameter
     dag = msched.build_dag(gm)
-    assert "raw" in dag.dependencies(n["add"])[n["copy_"]]
+    assert "raw" in dag.dependencies(n("add"))[n("copy_")]
 
 
 def test_placeholders_with_one_storage_label_are_one_storage() -> None:
@@ -243,8 +245,8 @@ def _dropout_then_rand(x: torch.Tensor) -> torch.Tensor:
 
 def test_random_calls_keep_their_order() -> None:
     gm = torch.fx.symbolic_trace(_dropout_then_rand)
-    n = _by_name(gm)
-    assert "waw" in msched.build_dag(gm).dependencies(n["rand_like"])[n["dropout"]]
+    n = partial(node_named, gm)
+    assert "waw" in msched.build_dag(gm).dependencies(n("rand_like"))[n("dropout")]
 
 
 @pytest.mark.parametrize(

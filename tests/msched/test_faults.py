@@ -120,7 +120,7 @@ def test_every_fault_is_detected_on_decoder_stacks(
 
 
 def assert_every_fault_injected(table: dict[str, list[int]]) -> None:
-    # A graph may need no record_stream at all (see msched.lifetimes).
+    # A graph may need no record_stream at all (see msched.analysis.lifetimes).
     optional = {"drop-record-stream"}
     assert all(table[k][0] for k in FAULTS if k not in optional), table
 

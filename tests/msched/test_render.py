@@ -1,4 +1,4 @@
-"""Tests of `msched.render`: canonical text, JSON, DOT, Perfetto trace and SVG."""
+"""Tests of `msched.pictures`: canonical text, JSON, DOT, Perfetto trace and SVG."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from collections import Counter
 import pytest
 
 import msched
-from msched.pictures import render
+from msched import pictures
+from msched.pictures.labels import format_number
+from msched.pictures.view import event_of, exit_waits, host_index, joining_wait, view_of
 from msched.proof.dialects import interpret
 from msched.testing.decoders import decoder_stack
 
@@ -34,11 +36,11 @@ def _compute_nodes(s: msched.Schedule) -> list:
 
 
 def test_text_header_lines_then_one_line_per_node_with_output_last(sched: msched.Schedule) -> None:
-    lines = render.render_text(sched).splitlines()
+    lines = pictures.render_text(sched).splitlines()
     assert lines[0] == f"# streams 3, events {sched.num_events}, waits {sched.num_waits}"
     assert lines[1] == (
-        f"# makespan {render.format_number(sched.makespan)}, "
-        f"lower bound {render.format_number(sched.lower_bound)}"
+        f"# makespan {format_number(sched.makespan)}, "
+        f"lower bound {format_number(sched.lower_bound)}"
     )
     steps = [s for s in interpret(sched.gm).steps if s.kind != "set_stream"]
     assert len(lines) == 2 + len(steps)
@@ -48,7 +50,7 @@ def test_text_header_lines_then_one_line_per_node_with_output_last(sched: msched
 
 
 def test_text_shows_every_record_wait_and_record_stream(sched: msched.Schedule) -> None:
-    text = render.render_text(sched)
+    text = pictures.render_text(sched)
     kinds = Counter(s.kind for s in interpret(sched.gm).steps)
     assert text.count(" record e") == kinds["record_event"]
     assert text.count(" wait e") == kinds["wait_event"]
@@ -60,12 +62,12 @@ def test_text_shows_every_record_wait_and_record_stream(sched: msched.Schedule) 
 def test_text_of_a_schedule_equals_the_text_of_its_module(sched: msched.Schedule) -> None:
     # The module's header comes from msched.simulate; a snapshot must not depend on whether
     # the test compared the Schedule or the GraphModule.
-    assert render.render_text(sched) == render.render_text(sched.gm)
+    assert pictures.render_text(sched) == pictures.render_text(sched.gm)
 
 
 def test_text_of_one_stream_has_no_stream_ops() -> None:
     stack = decoder_stack(2, (1,))
-    text = render.render_text(msched.schedule(stack.gm, 1))
+    text = pictures.render_text(msched.schedule(stack.gm, 1))
     assert text.startswith("# streams 1, events 0, waits 0\n")
     body = text.splitlines()[2:]
     assert all(line.startswith("s0 | ") for line in body)
@@ -73,22 +75,22 @@ def test_text_of_one_stream_has_no_stream_ops() -> None:
 
 
 def test_format_number_has_no_float_noise() -> None:
-    assert render.format_number(12.0) == "12"
-    assert render.format_number(0.1 + 0.2) == "0.3"
-    assert render.format_number(1 / 3) == "0.333333"
+    assert format_number(12.0) == "12"
+    assert format_number(0.1 + 0.2) == "0.3"
+    assert format_number(1 / 3) == "0.333333"
 
 
 def test_render_rejects_what_is_not_a_schedule_or_module() -> None:
     with pytest.raises(msched.InvalidArgumentError, match="list"):
-        render.render_text([])  # type: ignore[arg-type]
+        pictures.render_text([])  # type: ignore[arg-type]
 
 
 _SCRIPT = """
 import json, msched
-from msched.pictures import render
+from msched import pictures
 from msched.testing.decoders import decoder_stack
 s = msched.schedule(decoder_stack(3, (0, 2), moe=True).gm, 3)
-print(json.dumps({f: getattr(render, "render_" + f)(s) for f in ("text", "json", "trace", "svg",
+print(json.dumps({f: getattr(pictures, "render_" + f)(s) for f in ("text", "json", "trace", "svg",
       "dot")}))
 """
 
@@ -112,14 +114,14 @@ def test_every_format_is_byte_identical_across_processes_and_hash_seeds(
 ) -> None:
     first, second = (out[fmt] for out in two_processes)
     assert first == second
-    assert first == getattr(render, f"render_{fmt}")(sched)
+    assert first == getattr(pictures, f"render_{fmt}")(sched)
 
 
 # --- json ------------------------------------------------------------------------------------
 
 
 def test_json_round_trips_and_describes_the_schedule(sched: msched.Schedule) -> None:
-    text = render.render_json(sched)
+    text = pictures.render_json(sched)
     data = json.loads(text)
     assert json.dumps(data, indent=2) + "\n" == text
     assert [n["name"] for n in data["nodes"]] == [n.name for n in sched.gm.graph.nodes]
@@ -138,7 +140,7 @@ def test_json_round_trips_and_describes_the_schedule(sched: msched.Schedule) -> 
 
 
 def test_json_events_pair_each_record_with_its_waits(sched: msched.Schedule) -> None:
-    data = json.loads(render.render_json(sched))
+    data = json.loads(pictures.render_json(sched))
     kinds = {n["name"]: (n["kind"], n.get("arg")) for n in data["nodes"]}
     waits = 0
     for event in data["events"]:
@@ -155,7 +157,7 @@ def test_json_events_pair_each_record_with_its_waits(sched: msched.Schedule) -> 
 
 
 def test_trace_has_one_named_track_per_stream_with_complete_events(sched: msched.Schedule) -> None:
-    events = json.loads(render.render_trace(sched))["traceEvents"]
+    events = json.loads(pictures.render_trace(sched))["traceEvents"]
     names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     assert names == {0: "stream 0 (caller)", 1: "stream 1", 2: "stream 2"}
     slices = [e for e in events if e["ph"] == "X"]
@@ -171,7 +173,7 @@ def test_trace_has_one_named_track_per_stream_with_complete_events(sched: msched
 
 
 def test_trace_flows_pair_every_record_with_each_of_its_waits(sched: msched.Schedule) -> None:
-    events = json.loads(render.render_trace(sched))["traceEvents"]
+    events = json.loads(pictures.render_trace(sched))["traceEvents"]
     starts = {e["id"]: e for e in events if e["ph"] == "s"}
     ends = {e["id"]: e for e in events if e["ph"] == "f"}
     assert starts.keys() == ends.keys()
@@ -191,7 +193,7 @@ def test_trace_flows_pair_every_record_with_each_of_its_waits(sched: msched.Sche
 
 def test_dot_is_accepted_by_graphviz_with_a_cluster_per_stream(sched: msched.Schedule) -> None:
     graphviz = pytest.importorskip("graphviz")
-    text = render.render_dot(sched)
+    text = pictures.render_dot(sched)
     graphviz.Source(text)
     for s in range(3):
         assert f"subgraph cluster_s{s} {{" in text
@@ -209,7 +211,7 @@ def test_dot_is_accepted_by_graphviz_with_a_cluster_per_stream(sched: msched.Sch
 def test_svg_parses_with_one_lane_per_stream_and_a_box_per_costly_node(
     sched: msched.Schedule,
 ) -> None:
-    root = ET.fromstring(render.render_svg(sched))
+    root = ET.fromstring(pictures.render_svg(sched))
     rects = list(root.iter(f"{_SVG}rect"))
     lanes = [r for r in rects if r.get("class") == "lane"]
     assert [r.get("data-stream") for r in lanes] == ["0", "1", "2"]
@@ -224,13 +226,13 @@ def test_svg_parses_with_one_lane_per_stream_and_a_box_per_costly_node(
 
 
 def test_each_capture_is_joined_on_stream_0_before_output(sched: msched.Schedule) -> None:
-    v = render.view(sched)
-    out_at = render.host_index(v, v.program.output)
+    v = view_of(sched)
+    out_at = host_index(v, v.program.output)
     for capture in ("capture_0", "capture_2"):
         node = next(n for n in sched.gm.graph.nodes if n.name == capture)
-        wait = render.joining_wait(v, node, 0)
+        wait = joining_wait(v, node, 0)
         assert wait is not None
-        assert render.host_index(v, node) < render.host_index(v, wait) < out_at
+        assert host_index(v, node) < host_index(v, wait) < out_at
 
 
 def test_a_sabotaged_graph_still_renders_with_the_capture_after_output() -> None:
@@ -238,8 +240,41 @@ def test_a_sabotaged_graph_still_renders_with_the_capture_after_output() -> None
     msched.schedule(stack.gm, 3)
     capture = stack.captures[-1]
     stack.gm.graph.output_node().append(capture)  # what a data-edge-only scheduler did
-    lines = render.render_text(stack.gm).splitlines()
+    lines = pictures.render_text(stack.gm).splitlines()
     out_at = next(i for i, line in enumerate(lines) if "output(" in line)
     assert any("capture_2 = " in line for line in lines[out_at + 1 :])
-    json.loads(render.render_trace(stack.gm))
-    ET.fromstring(render.render_svg(stack.gm))
+    json.loads(pictures.render_trace(stack.gm))
+    ET.fromstring(pictures.render_svg(stack.gm))
+
+
+# --- the view --------------------------------------------------------------------------------
+
+
+def test_the_view_pairs_records_and_waits_as_the_happens_before_engine_does(
+    sched: msched.Schedule,
+) -> None:
+    v = view_of(sched)
+    binding = v.clocks.binding
+    paired = {w: use.record for use in v.events for w in use.waits}
+    assert paired == binding
+    for wait in binding:
+        use = event_of(v, wait)
+        assert use is not None and use.record is binding[wait] and wait in use.waits
+        if use.record is not None:
+            assert v.start[wait] >= v.start[use.record]
+    joins = exit_waits(v)
+    assert joins and all(v.program.stream_of[w] == 0 and binding[w] is not None for w in joins)
+    assert all(host_index(v, w) < host_index(v, v.program.output) for w in joins)
+
+
+def test_a_wait_after_output_binds_to_nothing_because_it_never_runs() -> None:
+    stack = decoder_stack(3, (0, 2), moe=True)
+    sched = msched.schedule(stack.gm, 3)
+    graph = sched.gm.graph
+    wait = next(n for n in graph.nodes if n.target is msched.ops.wait_event)
+    graph.output_node().append(wait)
+    v = view_of(sched.gm)
+    assert wait not in v.clocks.binding and event_of(v, wait) is None
+    assert all(wait not in use.waits for use in v.events)
+    assert pictures.render_text(sched.gm).splitlines()[-1].endswith("wait e" + str(wait.args[0]))
+    json.loads(pictures.render_json(sched.gm))

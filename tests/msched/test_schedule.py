@@ -12,6 +12,7 @@ from torch.fx import GraphModule
 
 import msched
 import msched.testing.strategies as mst
+from msched.analysis.nodes import INPUT_OPS
 from msched.scheduling import pipeline
 from msched.testing.decoders import decoder_stack
 
@@ -48,6 +49,19 @@ def test_eagle3_capture_runs_before_output_and_output_waits_for_it() -> None:
     assert order.index(joining[0].node.name) < order.index("output")
     got = gm(x, w, dest)
     assert torch.equal(got, expected) and torch.equal(dest, expected_dest)
+
+
+def test_without_exit_edges_the_exit_does_not_join_the_capture_and_verify_says_so() -> None:
+    gm, nodes = eagle3_graph()
+    sched = msched.schedule(gm, 2, exit_edges=False)  # the ablation: the Eagle3 bug
+    assert sched.stream_of(nodes["capture"]) == 1
+    assert not happens_before(gm).ordered("capture", "output")
+    report = msched.verify(gm, original=sched.original)
+    assert [(v.kind, v.nodes) for v in report.violations] == [
+        ("exit-not-joined", ("capture", "output"))
+    ]
+    with pytest.raises(TypeError):
+        msched.schedule(eagle3_graph()[0], 2, None, False)  # type: ignore[misc]  (keyword only)
 
 
 @pytest.mark.parametrize("streams", [2, 3])
@@ -179,7 +193,7 @@ def _cross_stream_pairs(gm: GraphModule, sched: msched.Schedule) -> list[tuple[s
         (dep.name, node.name)
         for node in dag.nodes
         for dep in dag.preds[node]
-        if dep.op not in ("placeholder", "get_attr")
+        if dep.op not in INPUT_OPS
     ]
     first = _first_node_per_stream(gm, hb)
     pairs += [("<entry>", name) for s, name in first.items() if s != 0]
@@ -194,10 +208,6 @@ def _all_ordered(hb, pairs: list[tuple[str, str]]) -> bool:  # type: ignore[no-u
         elif not hb.ordered(dep, node):
             return False
     return True
-
-
-def _by_name(dag: msched.Dag, name: str) -> torch.fx.Node:
-    return next(n for n in dag.nodes if n.name == name)
 
 
 def _first_node_per_stream(gm: GraphModule, hb) -> dict[int, str]:  # type: ignore[no-untyped-def]

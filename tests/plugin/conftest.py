@@ -1,8 +1,15 @@
-"""Runs of pytest inside these tests must not believe they are pytest-xdist workers."""
+"""Runs of pytest inside these tests must not believe they are pytest-xdist workers.
+
+In-process ``pytester`` runs drop the modules they imported when they end.  torch._dynamo
+cannot be imported twice (its ops register a TORCH_LIBRARY namespace once per process), and
+the first call of a custom op imports it: import it here, before any inner run, so an inner
+run that compiles cannot leave it half-unloaded for the tests after it.
+"""
 
 from __future__ import annotations
 
 import pytest
+import torch._dynamo  # noqa: F401  (see the module docstring)
 
 XDIST_WORKER_VARIABLES = (
     "PYTEST_XDIST_WORKER",

@@ -199,7 +199,7 @@ def test_schedule_graph_verifies(decoder_stack, schedule_graph, monkeypatch):
         delete_wait_before_output(sched.gm)
         return sched
 
-    monkeypatch.setattr("pytest_msched._state.schedule", broken_schedule)
+    monkeypatch.setattr("msched.testing.checks.schedule", broken_schedule)
     schedule_graph(decoder_stack(n_layers=4, capture_layers=(1, 3)).gm)
 """
 
@@ -256,3 +256,49 @@ def test_verify_off_skips_verification(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--msched-verify=off", "-k", "schedule_graph_verifies")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["violations: 0 (1 graphs not verified: --msched-verify=off)"])
+
+
+@pytest.mark.parametrize(
+    ("ini", "cli", "verified", "dump_dir"),
+    [
+        pytest.param("msched_verify = off", [], False, None, id="ini-verify-off"),
+        pytest.param("msched_verify = off", ["--msched-verify=strict"], True, None, id="cli-wins"),
+        pytest.param("msched_verify = strict", ["--msched-verify=off"], False, None, id="cli-off"),
+        pytest.param("msched_dump = ini_dumps", [], True, "ini_dumps", id="ini-dump"),
+        pytest.param(
+            "msched_dump = ini_dumps", ["--msched-dump=cli_dumps"], True, "cli_dumps", id="cli-dump"
+        ),
+        pytest.param("msched_dump = ini_dumps", ["--msched-dump="], True, None, id="cli-no-dump"),
+    ],
+)
+def test_verify_and_dump_ini_options_yield_to_the_command_line(
+    pytester: pytest.Pytester, ini: str, cli: list[str], verified: bool, dump_dir: str | None
+) -> None:
+    pytester.makeini(f"[pytest]\n{ini}\n")
+    pytester.makepyfile(test_sabotage=SABOTAGE)
+    result = pytester.runpytest("-k", "schedule_graph_verifies", *cli)
+    if verified:
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines(["msched.verify found violations in the schedule:"])
+        result.stdout.fnmatch_lines(["violations: 1"])
+    else:
+        result.assert_outcomes(passed=1)
+        result.stdout.fnmatch_lines(["violations: 0 (1 graphs not verified: --msched-verify=off)"])
+    dumps = sorted(p.name for p in pytester.path.iterdir() if p.name.endswith("_dumps"))
+    assert dumps == ([dump_dir] if dump_dir else [])
+    if dump_dir:
+        files = sorted(p.name for p in (pytester.path / dump_dir).iterdir())
+        stem = "test_sabotage.py_test_schedule_graph_verifies_streams2.0"
+        assert files == [f"{stem}.dot", f"{stem}.trace.json"]
+
+
+def test_ini_dump_directory_is_relative_to_the_rootdir(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nmsched_dump = dumps\n")
+    pytester.makepyfile(test_sabotage=SABOTAGE)
+    (pytester.path / "sub").mkdir()
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.chdir(pytester.path / "sub")
+        result = pytester.runpytest(str(pytester.path), "-k", "schedule_graph_verifies")
+    result.assert_outcomes(failed=1)
+    assert [p.name for p in (pytester.path / "dumps").iterdir()]
+    assert not (pytester.path / "sub" / "dumps").exists()

@@ -141,14 +141,24 @@ def test_marker_and_parametrize_of_num_streams_conflict(pytester: pytest.Pyteste
     [
         (None, "--msched-streams=2,x", "*argument --msched-streams: expected stream counts*"),
         (None, "--msched-streams=0", "*argument --msched-streams: expected a list of distinct*"),
-        ("2,0", None, "ERROR: ini option msched_streams: expected a list of distinct*'2,0'"),
+        (
+            "msched_streams = 2,0",
+            None,
+            "ERROR: ini option msched_streams: expected a list of distinct*'2,0'",
+        ),
+        (None, "--msched-verify=loose", "*argument --msched-verify: invalid choice: 'loose'*"),
+        (
+            "msched_verify = loose",
+            None,
+            "ERROR: ini option msched_verify: expected one of strict, off; got 'loose'",
+        ),
     ],
 )
 def test_bad_option_values_are_usage_errors(
     pytester: pytest.Pytester, ini: str | None, cli: str | None, message: str
 ) -> None:
     if ini is not None:
-        pytester.makeini(f"[pytest]\nmsched_streams = {ini}\n")
+        pytester.makeini(f"[pytest]\n{ini}\n")
     pytester.makepyfile(IDS_TEST.format(args=""))
     result = pytester.runpytest(*([cli] if cli else []))
     result.stderr.fnmatch_lines([message])

@@ -7,16 +7,16 @@ import torch
 from syrupy.terminal import disable_color
 
 import msched
-from msched.pictures.render import render_text
+from msched.pictures.text import render_text
+from msched.testing.checks import excerpt
 from msched.testing.decoders import decoder_stack
 from pytest_msched import (
     ScheduledGraphExtension,
     assert_exit_waits_on,
     assert_survives_recompile,
 )
-from pytest_msched._excerpt import excerpt
 from pytest_msched._options import parse_streams, parse_streams_text
-from pytest_msched._state import GraphRecord, SessionStats
+from pytest_msched._session import GraphRecord, SessionStats
 
 
 @pytest.fixture(scope="module")
@@ -112,3 +112,46 @@ def test_survives_recompile_sees_a_capture_that_changed_nothing() -> None:
         AssertionError, match=r"capture_1 \(stream \d\) did not write dest\[\.\.\., 8:16\]"
     ):
         assert_survives_recompile(stack.gm, ["capture_1"], inputs=(x, already_captured))
+
+
+@torch.library.custom_op("msched_plugin_tests::registered_capture", mutates_args=())
+def registered_capture(dest: torch.Tensor, src: torch.Tensor, start: int, end: int) -> None:
+    """Writes ``dest[..., start:end]`` without declaring it; registered below."""
+    dest[..., start:end].copy_(src)
+
+
+@torch.library.custom_op("msched_plugin_tests::unregistered_capture", mutates_args=())
+def unregistered_capture(dest: torch.Tensor, src: torch.Tensor, start: int, end: int) -> None:
+    """The same undeclared write, never registered: msched cannot know it."""
+    dest[..., start:end].copy_(src)
+
+
+msched.register_mutation(torch.ops.msched_plugin_tests.registered_capture, "dest")
+
+
+def _undeclared_capture_graph(op: object) -> torch.fx.GraphModule:
+    graph = torch.fx.Graph()
+    x, dest = graph.placeholder("x"), graph.placeholder("dest")
+    y = graph.call_function(torch.ops.aten.sin.default, (x,))
+    graph.create_node("call_function", op, (dest, y), {"start": 2, "end": 4}, name="capture")
+    graph.output(graph.call_function(torch.ops.aten.cos.default, (x,)))
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+def test_helpers_see_writes_registered_with_register_mutation() -> None:
+    gm = _undeclared_capture_graph(torch.ops.msched_plugin_tests.registered_capture.default)
+    sched = msched.schedule(gm, 2)
+    assert_exit_waits_on(gm, "capture")
+    assert_survives_recompile(gm, ["capture"], inputs=(torch.ones(3, 2), torch.zeros(3, 4)))
+    already = torch.zeros(3, 4)
+    already[..., 2:4] = torch.sin(torch.ones(3, 2))
+    with pytest.raises(
+        AssertionError, match=r"capture \(stream \d\) did not write dest\[\.\.\., 2:4\]"
+    ):
+        assert_survives_recompile(sched.gm, ["capture"], inputs=(torch.ones(3, 2), already))
+
+
+def test_helpers_do_not_guess_writes_a_schema_does_not_declare() -> None:
+    gm = _undeclared_capture_graph(torch.ops.msched_plugin_tests.unregistered_capture.default)
+    with pytest.raises(AssertionError, match="^capture writes no graph input"):
+        assert_survives_recompile(gm, ["capture"], inputs=(torch.ones(3, 2), torch.zeros(3, 4)))

@@ -1,0 +1,45 @@
+"""Facts about FX graphs that every stage shares: which nodes are graph inputs, the graph of a
+module, and a node by its name.
+
+One definition each, so that the scheduler, the verifier, the pictures and the tests agree:
+
+- `INPUT_OPS`: the node ops whose value exists before the graph runs (placeholders and
+  ``get_attr``); they cost nothing and are ready on the caller's stream;
+- `graph_of`: the ``torch.fx.Graph`` of a GraphModule (or the graph itself), or an
+  `msched.InvalidArgumentError` saying what was expected;
+- `node_named`: the node of a graph with a given name (`msched.schedule` keeps names), or an
+  `msched.InvalidArgumentError` naming what is missing.
+"""
+
+from __future__ import annotations
+
+from torch.fx import Graph, GraphModule, Node
+
+from msched.errors import InvalidArgumentError
+
+#: The ops of nodes that are graph inputs: their values exist before the graph runs.
+INPUT_OPS = ("placeholder", "get_attr")
+
+
+def graph_of(gm: GraphModule | Graph) -> Graph:
+    """The graph of ``gm`` (a ``GraphModule``), or ``gm`` itself when it is a ``Graph``."""
+    if isinstance(gm, GraphModule):
+        return gm.graph
+    if isinstance(gm, Graph):
+        return gm
+    raise InvalidArgumentError(
+        f"expected a torch.fx.GraphModule or Graph, got {type(gm).__name__}; "
+        "trace your module with torch.fx.symbolic_trace or torch.compile first"
+    )
+
+
+def node_named(gm: GraphModule | Graph, name: str, where: str = "the graph") -> Node:
+    """The node of ``gm`` named ``name``; `msched.InvalidArgumentError` when there is none.
+
+    ``where`` names the graph in the message (``"the scheduled graph"``, ...).  One pass over
+    the nodes: look nodes up once, not in a loop over a large graph.
+    """
+    for node in graph_of(gm).nodes:
+        if node.name == name:
+            return node
+    raise InvalidArgumentError(f"no node named {name!r} in {where}")

@@ -1,0 +1,227 @@
+"""The questions ``msched explain`` answers about one node of a schedule, as lines of text.
+
+Why the node is on its stream comes from the `msched.scheduling.assign.Placement` that
+`assign_streams` recorded when it placed the node (``Assignment.reasons``), never from
+re-deriving assign's rules here.  Dependencies come from the Dag of ``Schedule.original``;
+which wait orders each of them before the node comes from the view (`joining_wait`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch.fx import Node
+
+from msched.analysis.cost import CostModel
+from msched.pictures.labels import format_number
+from msched.pictures.text import node_text, step_text
+from msched.pictures.view import (
+    View,
+    dependencies_by_name,
+    event_of,
+    host_index,
+    joining_wait,
+    view_of,
+)
+from msched.scheduling import assign
+from msched.scheduling.pipeline import Schedule
+
+__all__ = ["explain_lines", "placement_text"]
+
+_REASON_ORDER = ("data", "raw", "war", "waw", "exit")
+
+
+@dataclass(frozen=True)
+class _Explained:
+    """What the explanation needs: the view, the schedule, dependencies and nodes by name."""
+
+    v: View
+    sched: Schedule
+    deps: dict[str, dict[str, set[str]]]
+    nodes: dict[str, Node]
+
+    def stream(self, node: Node) -> int:
+        return self.v.program.stream_of[node]
+
+    def host(self, name: str) -> int:
+        return host_index(self.v, self.nodes[name])
+
+
+def _reasons(reasons: set[str]) -> str:
+    return ",".join(r for r in _REASON_ORDER if r in reasons)
+
+
+def explain_lines(sched: Schedule, node: Node, cost_model: CostModel | None = None) -> list[str]:
+    """The text of ``msched explain`` for ``node`` of ``sched``: placement, dependencies,
+    waits, dependents; for a stream op, what it does and which node it is issued for."""
+    v = view_of(sched, cost_model)
+    nodes = {n.name: n for n in sched.gm.graph.nodes}
+    e = _Explained(v, sched, dependencies_by_name(sched), nodes)
+    if v.program.steps[host_index(v, node)].kind != "compute":
+        return _stream_op_lines(e, node)
+    s, name = e.stream(node), node.name
+    times = f"{format_number(v.start[node])}-{format_number(v.finish[node])}"
+    return [
+        node_text(node),
+        f"  stream {s}, time {times}, host position {host_index(v, node)} "
+        f"(output is at {host_index(v, v.program.output)})",
+        f"Why stream {s}:",
+        "  " + placement_text(sched, node),
+        f"Dependencies of {name} (dependency, its stream, reasons, how it is ordered):",
+        *_dependency_lines(e, node),
+        f"Waits right before {name}:",
+        *_wait_lines(e, node),
+        f"Nodes that depend on {name}:",
+        *_dependent_lines(e, node),
+    ]
+
+
+def placement_text(sched: Schedule, node: Node) -> str:
+    """Why ``node`` is on its stream: the rule `assign_streams` recorded for it, in words."""
+    a = sched.assignment
+    why, s = a.reasons[node], a.stream[node]
+    if why.rule == assign.OUTPUT:
+        return (
+            "output always runs on stream 0, the caller's stream, once stream 0 has "
+            "joined every dependency of the exit."
+        )
+    if why.rule == assign.INPUT:
+        return "graph inputs and weights are ready on stream 0, the caller's stream."
+    if why.rule == assign.IN_ORDER:
+        return (
+            "with one stream the input order is kept: it starts when the node before it "
+            f"finishes, at {format_number(a.start[node])}."
+        )
+    producer = why.producer
+    if producer is None:
+        lead, busy_stream = "it has no dependencies", 0
+        if why.rule == assign.AFFINITY:
+            return f"{lead}; stream {s} is idle at 0."
+    else:
+        busy_stream = a.stream[producer]
+        lead = (
+            f"its dependency {producer.name} finishes last, at {format_number(why.ready)}, "
+            f"on stream {busy_stream}"
+        )
+    if why.rule == assign.ZERO_COST:
+        return f"it costs nothing, and zero-cost nodes follow their producer: {lead}."
+    if why.rule == assign.AFFINITY:
+        return f"{lead}; it stays on that stream, which is idle then (fewer events)."
+    busy = _busy_at(sched, busy_stream, why.ready)
+    why_not = f"stream {busy_stream} is busy then" + (f" running {busy.name}" if busy else "")
+    when = format_number(a.start[node])
+    return f"{lead}; {why_not}, and stream {s} is the first free for it (starts at {when})."
+
+
+def _busy_at(sched: Schedule, stream: int, t: float) -> Node | None:
+    """The node that runs on ``stream`` at time ``t`` in the assignment, if any."""
+    a = sched.assignment
+    for node in a.order:
+        if a.stream[node] == stream and a.start[node] <= t < a.finish[node]:
+            return node
+    return None
+
+
+def _dependency_lines(e: _Explained, node: Node) -> list[str]:
+    s = e.stream(node)
+    lines = []
+    for name, reasons in sorted(e.deps[node.name].items(), key=lambda kv: e.host(kv[0])):
+        dep = e.nodes[name]
+        ds = e.stream(dep)
+        if ds == s:
+            how = "same stream, earlier in its order"
+        else:
+            wait = joining_wait(e.v, dep, s)
+            how = f"joined by {_wait_name(e, wait)}" if wait is not None else "NOT JOINED"
+        lines.append(f"  {name:<24} stream {ds}  {_reasons(reasons):<9} {how}")
+    return lines or ["  (none)"]
+
+
+def _wait_name(e: _Explained, wait: Node) -> str:
+    event = e.v.program.steps[host_index(e.v, wait)].event
+    return f"wait e{event} ({wait.name}, stream {e.stream(wait)})"
+
+
+def _waits_before(e: _Explained, node: Node) -> list[Node]:
+    """The waits in the run of stream ops right before ``node`` on its stream."""
+    steps = e.v.program.steps
+    i = host_index(e.v, node)
+    found = []
+    while i > 0 and steps[i - 1].kind != "compute":
+        i -= 1
+        if steps[i].kind == "wait_event":
+            found.append(steps[i].node)
+    return found[::-1]
+
+
+def _wait_lines(e: _Explained, node: Node) -> list[str]:
+    lines = []
+    s = e.stream(node)
+    for wait in _waits_before(e, node):
+        use = event_of(e.v, wait)
+        if use is None:
+            lines.append(f"  {_wait_name(e, wait)}: after output, it never runs")
+            continue
+        if use.record is None:
+            lines.append(f"  wait e{use.event}: never recorded")
+            continue
+        covered = [
+            f"{d} ({_reasons(rs)})"
+            for d, rs in e.deps[node.name].items()
+            if joining_wait(e.v, e.nodes[d], s) is wait
+        ]
+        r = e.stream(use.record)
+        head = f"  wait e{use.event}: recorded on stream {r} by {use.record.name}"
+        if covered:
+            lines.append(f"{head}; it orders {', '.join(covered)} before {node.name}")
+        elif use.event == 0:
+            lines.append(
+                f"{head} after the preamble; stream {s} joins stream 0 "
+                "before its first node, because graph inputs are ready only there"
+            )
+        else:
+            lines.append(f"{head}; it orders that stream's earlier work before {node.name}")
+    return lines or ["  (none: every dependency is on its stream or was joined earlier)"]
+
+
+def _dependent_lines(e: _Explained, node: Node) -> list[str]:
+    s = e.stream(node)
+    lines = []
+    for name, deps in e.deps.items():
+        reasons = deps.get(node.name)
+        if reasons is None:
+            continue
+        us = e.stream(e.nodes[name])
+        wait = joining_wait(e.v, node, us) if us != s else None
+        if us == s:
+            how = "same stream"
+        else:
+            how = f"joined by {_wait_name(e, wait)}" if wait is not None else "NOT JOINED"
+        lines.append(f"  {name:<24} stream {us}  {_reasons(reasons):<9} {how}")
+        if "exit" in reasons:
+            lines.append(
+                f"    exit dependency: the graph may not return before {node.name} has "
+                "run, so whoever reads its result after the call sees it"
+            )
+    return lines or ["  (none)"]
+
+
+def _stream_op_lines(e: _Explained, node: Node) -> list[str]:
+    """For a stream op: what it does, and which node it is issued for (or who waits on it)."""
+    steps = e.v.program.steps
+    i = host_index(e.v, node)
+    step = steps[i]
+    head = [f"{node.name}: {step_text(step)}, a stream op issued on stream {step.stream}"]
+    if step.kind == "record_event":
+        use = next(u for u in e.v.events if u.record is node)
+        waits = ", ".join(f"{w.name} (stream {e.stream(w)})" for w in use.waits) or "nothing"
+        return [*head, f"  waited on by {waits}"]
+    following = (t.node for t in steps[i + 1 :] if t.kind == "compute" and t.stream == step.stream)
+    user = next(following, None)
+    if user is None:
+        return head
+    return [
+        *head,
+        f"  it is issued for {user.name}; the waits right before it:",
+        *_wait_lines(e, user),
+    ]

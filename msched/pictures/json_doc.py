@@ -1,0 +1,83 @@
+"""The schedule as a JSON document (``msched-schedule/1``): nodes in host order and events.
+
+Byte-identical for the same graph across runs, processes and hash seeds.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from torch.fx import GraphModule, Node
+
+from msched.analysis.cost import CostModel
+from msched.pictures.labels import json_number, op_label
+from msched.pictures.view import EventUse, View, view_of
+from msched.proof.dialects import Step
+from msched.scheduling.pipeline import Schedule
+
+__all__ = ["render_json", "schedule_data"]
+
+
+def schedule_data(
+    obj: Schedule | GraphModule, cost_model: CostModel | None = None
+) -> dict[str, Any]:
+    """The schedule as plain data: the document `render_json` writes.
+
+    ``nodes`` lists every node in host order with ``name``, ``op``, ``kind`` (``compute`` or
+    the stream-op kind), ``stream``, ``start`` and ``end``; ``events`` lists every record with
+    its ``event`` id, the ``record`` site and its ``waits`` (each ``{node, stream, time}``).
+    """
+    v = view_of(obj, cost_model)
+    return {
+        "format": "msched-schedule/1",
+        "streams": v.num_streams,
+        "num_events": v.num_events,
+        "num_waits": v.num_waits,
+        "makespan": json_number(v.makespan),
+        "lower_bound": json_number(v.lower_bound),
+        "nodes": [_node_data(v, step) for step in v.program.steps],
+        "events": [_event_data(v, use) for use in v.events],
+    }
+
+
+def _node_data(v: View, step: Step) -> dict[str, Any]:
+    data = {
+        "name": step.node.name,
+        "op": op_label(step.node),
+        "kind": step.kind,
+        "stream": step.stream,
+        "start": json_number(v.start[step.node]),
+        "end": json_number(v.finish[step.node]),
+    }
+    if step.kind in ("record_event", "wait_event"):
+        data["arg"] = step.event
+    elif step.kind in ("set_stream", "record_stream"):
+        data["arg"] = step.to_stream
+    return data
+
+
+def _site(v: View, node: Node | None) -> dict[str, Any] | None:
+    if node is None:
+        return None
+    return {
+        "node": node.name,
+        "stream": v.program.stream_of[node],
+        "time": json_number(v.start[node]),
+    }
+
+
+def _event_data(v: View, use: EventUse) -> dict[str, Any]:
+    return {
+        "event": use.event,
+        "record": _site(v, use.record),
+        "waits": [_site(v, w) for w in use.waits],
+    }
+
+
+def render_json(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> str:
+    """`schedule_data` as JSON text: two-space indent, fixed key order, trailing newline.
+
+    Byte-identical for the same graph across runs, processes and hash seeds.
+    """
+    return json.dumps(schedule_data(obj, cost_model), indent=2) + "\n"

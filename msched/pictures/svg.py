@@ -1,0 +1,246 @@
+"""A self-contained SVG Gantt chart of a schedule's timeline: one lane per stream."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch.fx import GraphModule, Node
+
+from msched.analysis.cost import CostModel, op_category
+from msched.analysis.nodes import INPUT_OPS
+from msched.pictures.labels import counts, format_number, op_label, stream_title
+from msched.pictures.view import View, exit_waits, view_of
+from msched.scheduling.pipeline import Schedule
+
+__all__ = ["CATEGORY_COLOURS", "render_svg"]
+
+# One colour per kind of `msched.analysis.cost.OP_CATEGORIES`, in its order (the legend's).
+CATEGORY_COLOURS = {
+    "matmul": "#56B4E9",
+    "attention": "#0072B2",
+    "moe": "#E69F00",
+    "capture / in-place": "#D55E00",
+    "other": "#C8C8C8",
+}
+_DARK = ("attention", "capture / in-place")
+_LEFT, _TOP, _LANE, _BOX, _CHAR = 130, 64, 46, 30, 6.1
+
+
+def _xml(text: str) -> str:
+    return (
+        text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    )
+
+
+def _nice_step(span: float, target_ticks: int) -> float:
+    """A tick step of 1, 2 or 5 times a power of ten giving about ``target_ticks`` ticks."""
+    raw = max(span, 1e-9) / max(target_ticks, 1)
+    power = 10.0 ** int(f"{raw:e}".split("e")[1])
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """Where things go on the chart: ``x(t)`` and the lane of each stream."""
+
+    scale: float
+    num_streams: int
+    width: float
+    height: float
+
+    def x(self, t: float) -> float:
+        return _LEFT + t * self.scale
+
+    def lane_top(self, stream: int) -> float:
+        return _TOP + stream * _LANE
+
+
+def _frame(v: View, scale: float | None) -> _Frame:
+    # At 6 px per unit a table-model matmul (10 units) is wide enough for a short label; very
+    # long schedules are squeezed to 20 000 px so viewers still open them.
+    span = max(v.makespan, 1e-9)
+    if scale is None:
+        scale = max(6.0, 1100.0 / span) if span * 6.0 <= 20000 else 20000.0 / span
+    width = _LEFT + span * scale + 40
+    height = _TOP + v.num_streams * _LANE + 70
+    return _Frame(scale, v.num_streams, max(width, 760.0), height)
+
+
+# Each step shortens a label further; a box shows the longest form that fits.
+_ABBREVIATIONS = (
+    (("_default", ""), ("_tensor", ""), ("_scalar", "")),
+    (("attention", "attn"), ("_experts", "")),
+)
+
+
+def _short_label(name: str, room: float) -> tuple[str, int] | None:
+    """The node name or a shorter form of it, and a font size (10 or 8 px), if it fits."""
+    forms = [name]
+    for step in _ABBREVIATIONS:
+        short = forms[-1]
+        for long_form, short_form in step:
+            short = short.replace(long_form, short_form)
+        forms.append(short)
+    for size in (10, 8):
+        for label in forms:
+            if len(label) * _CHAR * size / 10 + 6 <= room:
+                return label, size
+    return None
+
+
+def _svg_box(v: View, f: _Frame, node: Node) -> list[str]:
+    start, end = v.start[node], v.finish[node]
+    cat = op_category(node)
+    x, y, w = (
+        f.x(start),
+        f.lane_top(v.program.stream_of[node]) + (_LANE - _BOX) / 2,
+        (end - start) * f.scale,
+    )
+    when = f"{format_number(start)}-{format_number(end)}"
+    tip = f"{node.name} = {op_label(node)}; stream {v.program.stream_of[node]}, {when}"
+    out = [
+        f'<g><title>{_xml(tip)}</title><rect x="{x:.1f}" y="{y:.1f}" width="{max(w, 1.0):.1f}" '
+        f'height="{_BOX}" rx="2" fill="{CATEGORY_COLOURS[cat]}" stroke="#ffffff" stroke-width="1"/>'
+    ]
+    fitted = _short_label(node.name, w)
+    if fitted is not None:
+        label, size = fitted
+        colour = "#ffffff" if cat in _DARK else "#000000"
+        out.append(
+            f'<text x="{x + w / 2:.1f}" y="{y + _BOX / 2 + 3.5:.1f}" fill="{colour}" '
+            f'text-anchor="middle" font-size="{size}px">{_xml(label)}</text>'
+        )
+    elif cat == "capture / in-place":
+        out.append(
+            f'<text x="{x + w / 2:.1f}" y="{y - 3:.1f}" fill="#D55E00" text-anchor="middle" '
+            f'class="label">{_xml(node.name)}</text>'
+        )
+    out.append("</g>")
+    return ["".join(out)]
+
+
+def _svg_lanes(v: View, f: _Frame) -> list[str]:
+    out = []
+    for s in range(v.num_streams):
+        y = f.lane_top(s)
+        fill = "#F4F6F8" if s % 2 == 0 else "#FFFFFF"
+        out.append(
+            f'<rect x="{_LEFT}" y="{y}" width="{f.width - _LEFT - 20:.1f}" height="{_LANE}" '
+            f'fill="{fill}" class="lane" data-stream="{s}"/>'
+        )
+        out.append(
+            f'<text x="{_LEFT - 10}" y="{y + _LANE / 2 + 4}" text-anchor="end" '
+            f'class="lanelabel">{_xml(stream_title(s))}</text>'
+        )
+    return out
+
+
+def _svg_axis(v: View, f: _Frame) -> list[str]:
+    bottom = f.lane_top(v.num_streams)
+    step = _nice_step(v.makespan, max(int((f.width - _LEFT) / 110), 2))
+    out = [
+        f'<line x1="{_LEFT}" y1="{_TOP - 6}" x2="{f.x(v.makespan):.1f}" y2="{_TOP - 6}" '
+        'stroke="#555"/>',
+        f'<text x="{_LEFT - 10}" y="{_TOP - 14}" text-anchor="end" class="tick">'
+        "time (cost units)</text>",
+    ]
+    k = 0
+    while k * step <= v.makespan + 1e-9:
+        x = f.x(k * step)
+        out.append(f'<line x1="{x:.1f}" y1="{_TOP - 10}" x2="{x:.1f}" y2="{bottom}" class="grid"/>')
+        out.append(
+            f'<text x="{x:.1f}" y="{_TOP - 14}" text-anchor="middle" class="tick">'
+            f"{format_number(k * step)}</text>"
+        )
+        k += 1
+    x = f.x(v.makespan)
+    out.append(f'<line x1="{x:.1f}" y1="{_TOP - 10}" x2="{x:.1f}" y2="{bottom + 6}" class="exit"/>')
+    out.append(
+        f'<text x="{x:.1f}" y="{bottom + 18}" text-anchor="end" class="exitlabel">'
+        f"output @ {format_number(v.makespan)}</text>"
+    )
+    return out
+
+
+def _svg_links(v: View, f: _Frame) -> list[str]:
+    """A thin curve from each record to each of its waits on another stream."""
+    out = []
+    joins = set(exit_waits(v))
+    for use in v.events:
+        if use.record is None:
+            continue
+        rs = v.program.stream_of[use.record]
+        for wait in use.waits:
+            ws = v.program.stream_of[wait]
+            x1, x2 = f.x(v.start[use.record]), f.x(v.start[wait])
+            y1 = f.lane_top(rs) + _LANE / 2
+            y2 = f.lane_top(ws) + _LANE / 2
+            mid = (y1 + y2) / 2
+            cls = "link exitlink" if wait in joins else "link"
+            tip = f"e{use.event}: {use.record.name} on stream {rs} -> {wait.name} on stream {ws}"
+            curve = f"M{x1:.1f},{y1:.1f} C{x1:.1f},{mid:.1f} {x2:.1f},{mid:.1f} {x2:.1f},{y2:.1f}"
+            out.append(f'<path d="{curve}" class="{cls}"><title>{_xml(tip)}</title></path>')
+            out.append(f'<circle cx="{x2:.1f}" cy="{y2:.1f}" r="2.5" class="waitdot"/>')
+    return out
+
+
+_SVG_STYLE = (
+    "text{font-family:'DejaVu Sans',Helvetica,Arial,sans-serif}"
+    ".label{font-size:10px}.tick{font-size:11px;fill:#333}.lanelabel{font-size:12px;font-weight:bold;fill:#222}"
+    ".title{font-size:15px;font-weight:bold}.legend{font-size:11px;fill:#222}"
+    ".grid{stroke:#000;stroke-opacity:.08}.exit{stroke:#C00000;stroke-width:2;stroke-dasharray:5,3}"
+    ".exitlabel{font-size:11px;fill:#C00000;font-weight:bold}"
+    ".link{fill:none;stroke:#333;stroke-opacity:.35;stroke-width:1}"
+    ".exitlink{stroke:#C00000;stroke-opacity:.9;stroke-width:1.8}.waitdot{fill:#333;fill-opacity:.6}"
+)
+
+
+def _svg_legend(f: _Frame, y: float) -> list[str]:
+    out = []
+    x = float(_LEFT)
+    for cat, colour in CATEGORY_COLOURS.items():
+        out.append(f'<rect x="{x:.1f}" y="{y - 10}" width="14" height="12" fill="{colour}"/>')
+        out.append(f'<text x="{x + 19:.1f}" y="{y}" class="legend">{_xml(cat)}</text>')
+        x += 30 + len(cat) * 6.6
+    out.append(f'<path d="M{x:.1f},{y - 4} L{x + 24:.1f},{y - 4}" class="link"/>')
+    out.append(f'<text x="{x + 29:.1f}" y="{y}" class="legend">record → wait</text>')
+    x += 125
+    out.append(f'<path d="M{x:.1f},{y - 4} L{x + 24:.1f},{y - 4}" class="link exitlink"/>')
+    out.append(f'<text x="{x + 29:.1f}" y="{y}" class="legend">wait joined by output</text>')
+    return out
+
+
+def render_svg(
+    obj: Schedule | GraphModule, cost_model: CostModel | None = None, scale: float | None = None
+) -> str:
+    """A self-contained SVG Gantt chart of the timeline: one lane per stream.
+
+    Boxes are compute nodes placed at their start and end (``scale`` pixels per cost unit;
+    by default at least 6, so a table-model matmul has room for a label), coloured by
+    `msched.analysis.cost.op_category`; hovering shows name, op and times.  Each record is
+    linked to each of its waits by a thin curve; the waits that join ``output`` are red, as
+    is the dashed line at the makespan.  A time axis is on top and a legend below.  Every
+    lane is a ``rect`` with ``class="lane"`` and ``data-stream``.  Deterministic bytes.
+    """
+    v = view_of(obj, cost_model)
+    f = _frame(v, scale)
+    title = (
+        f"msched schedule: {counts(v)}, "
+        f"makespan {format_number(v.makespan)} (lower bound {format_number(v.lower_bound)})"
+    )
+    body = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{f.width:.0f}" height="{f.height:.0f}" '
+        f'viewBox="0 0 {f.width:.0f} {f.height:.0f}">',
+        f"<style>{_SVG_STYLE}</style>",
+        f'<rect width="{f.width:.0f}" height="{f.height:.0f}" fill="#ffffff"/>',
+        f'<text x="12" y="22" class="title">{_xml(title)}</text>',
+    ]
+    body += _svg_lanes(v, f) + _svg_axis(v, f)
+    for step in v.program.compute_steps:
+        node = step.node
+        if node.op not in (*INPUT_OPS, "output") and v.finish[node] > v.start[node]:
+            body += _svg_box(v, f, node)
+    body += _svg_links(v, f)
+    body += _svg_legend(f, f.lane_top(v.num_streams) + 48)
+    body.append("</svg>")
+    return "\n".join(body) + "\n"

@@ -1,0 +1,118 @@
+"""The canonical text of a scheduled graph: what snapshots store and reviewers read in CI.
+
+Deterministic: the same graph gives byte-identical text regardless of ``PYTHONHASHSEED`` or
+process (nothing is ordered by hashing, no object address is printed, numbers go through
+`msched.pictures.labels.format_number`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from torch.fx import GraphModule, Node
+
+from msched.analysis.cost import CostModel
+from msched.pictures.labels import ADDRESS, format_number, target_name
+from msched.pictures.view import View, view_of
+from msched.proof.dialects import Step
+from msched.scheduling.pipeline import Schedule
+
+__all__ = ["format_arg", "header_lines", "lane_lines", "node_text", "render_text", "step_text"]
+
+
+def format_arg(value: Any) -> str:
+    """An FX argument as deterministic text: nodes by name, containers recursively."""
+    if isinstance(value, Node):
+        return value.name
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, tuple):
+        inner = ", ".join(format_arg(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, list):
+        return "[" + ", ".join(format_arg(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{format_arg(k)}: {format_arg(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, slice):
+        return (
+            f"slice({format_arg(value.start)}, {format_arg(value.stop)}, {format_arg(value.step)})"
+        )
+    return ADDRESS.sub(
+        "", repr(value) if isinstance(value, (str, int, bool, type(None))) else str(value)
+    )
+
+
+def _call_args(node: Node, skip: int = 0) -> str:
+    parts = [format_arg(a) for a in node.args[skip:]]
+    parts += [f"{k}={format_arg(v)}" for k, v in node.kwargs.items()]
+    return ", ".join(parts)
+
+
+def node_text(node: Node) -> str:
+    """One node as ``name = op(args)``; stream ops as ``record e3`` / ``wait e3``.
+
+    Stream ops are recognised by the default dialect; the caller folds ``set_stream``.
+    """
+    if node.op == "placeholder":
+        return f"{node.name} = input"
+    if node.op == "get_attr":
+        return f"{node.name} = self.{node.target}"
+    if node.op == "output":
+        return f"output({format_arg(node.args[0])})"
+    if node.op == "call_method":
+        return f"{node.name} = {format_arg(node.args[0])}.{node.target}({_call_args(node, 1)})"
+    if node.op == "call_module":
+        return f"{node.name} = self.{node.target}({_call_args(node)})"
+    return f"{node.name} = {target_name(node)}({_call_args(node)})"
+
+
+def step_text(step: Step) -> str:
+    """One step of a stream program: ``record e3``, ``wait e3``, ``record_stream(t, s1)`` or
+    the node's `node_text`."""
+    if step.kind == "record_event":
+        return f"record e{step.event}"
+    if step.kind == "wait_event":
+        return f"wait e{step.event}"
+    if step.kind == "record_stream":
+        tensor = step.tensor.name if step.tensor is not None else "?"
+        return f"record_stream({tensor}, s{step.to_stream})"
+    return node_text(step.node)
+
+
+def header_lines(v: View) -> list[str]:
+    """The header of the canonical text: counts, then makespan against the lower bound."""
+    return [
+        f"# streams {v.num_streams}, events {v.num_events}, waits {v.num_waits}",
+        f"# makespan {format_number(v.makespan)}, lower bound {format_number(v.lower_bound)}",
+    ]
+
+
+def lane_lines(v: View, steps: Iterable[Step] | None = None) -> list[str]:
+    """One line per step: ``s1 |   mm_3 = aten.mm.default(mul_2, l0_wq)``.
+
+    The lane column and an indentation of two spaces per stream show the stream a node is
+    issued on; ``set_stream`` nodes are folded into it (the lane changes where they stood).
+    """
+    width = len(str(max(v.num_streams - 1, 0)))
+    lines = []
+    for step in v.program.steps if steps is None else steps:
+        if step.kind == "set_stream":
+            continue
+        lane = f"s{step.stream}".ljust(width + 1)
+        lines.append(f"{lane} | {'  ' * step.stream}{step_text(step)}")
+    return lines
+
+
+def render_text(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> str:
+    """The canonical text of a scheduled graph, for snapshots reviewed in CI.
+
+    A header (``# streams S, events E, waits W`` and ``# makespan M, lower bound L``), then
+    one line per node in emission (host) order: the stream lane ``sN |``, an indentation of two
+    spaces per stream, and the node (``name = op(args)``, ``record eK``, ``wait eK``,
+    ``record_stream(t, sN)``).  ``set_stream`` nodes are folded into the lane column: a change
+    of lane is where one stood.  ``output`` is last (anything after it would be shown after it).
+    The text ends with a newline and is identical across runs, processes and hash seeds.
+    """
+    v = view_of(obj, cost_model)
+    return "\n".join(header_lines(v) + lane_lines(v)) + "\n"

@@ -1,0 +1,275 @@
+"""The view every picture starts from, and the questions `msched explain` and the demo ask.
+
+`view_of` reads a `msched.Schedule` or a scheduled ``GraphModule`` with
+`msched.proof.dialects.interpret` (host order, stream of every node, event ids) and
+`msched.proof.clocks.clocks_of` (which record each wait binds to, which wait joins a node on a
+stream: the pictures interpret no record or wait themselves), and times every node.  Times
+come from the Schedule's assignment when its streams issue their nodes in order of those
+times (always for a graph `msched.schedule` rewrote and nobody edited since), and otherwise
+from the timeline simulator (`msched.simulate`) under ``cost_model`` (default: the table
+model).  A stream op happens when its stream reaches it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch.fx import Graph, GraphModule, Node
+
+from msched.analysis.cost import CostModel, DefaultCostModel
+from msched.analysis.dag import build_dag
+from msched.errors import InvalidArgumentError
+from msched.proof.clocks import Clocks, clocks_of
+from msched.proof.dialects import StreamProgram, interpret
+from msched.proof.timeline import simulate
+from msched.scheduling.pipeline import Schedule
+
+__all__ = [
+    "EventUse",
+    "View",
+    "dependencies_by_name",
+    "event_of",
+    "exit_waits",
+    "host_index",
+    "joining_wait",
+    "view_of",
+]
+
+
+@dataclass(frozen=True)
+class EventUse:
+    """One record of an event and the waits that bind to it (`Clocks.binding`).
+
+    ``record`` is None for the waits of ``event`` that come before any record of it (they
+    wait for nothing).
+    """
+
+    event: int
+    record: Node | None
+    waits: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class View:
+    """A scheduled graph read for a picture: host-order program, happens-before, times, events.
+
+    ``start``/``finish`` hold every node of the graph; a stream op's start and finish are the
+    moment its stream reaches it.  ``events`` lists the records in host order (the waits of an
+    event that come before any record of it appear with ``record=None``); waits after
+    ``output`` never run and bind to no record.  ``position`` is each node's index in host
+    order.
+    """
+
+    gm: GraphModule
+    program: StreamProgram
+    num_streams: int
+    num_events: int
+    num_waits: int
+    makespan: float
+    lower_bound: float
+    start: dict[Node, float]
+    finish: dict[Node, float]
+    events: tuple[EventUse, ...]
+    clocks: Clocks
+    position: dict[Node, int]
+
+
+def view_of(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> View:
+    """Read ``obj`` (a `Schedule` or a scheduled ``GraphModule``) for a picture."""
+    if isinstance(obj, Schedule):
+        return _schedule_view(obj, cost_model or DefaultCostModel())
+    if isinstance(obj, GraphModule):
+        return _module_view(obj, cost_model or DefaultCostModel())
+    raise InvalidArgumentError(
+        f"can only render a msched.Schedule or a scheduled torch.fx.GraphModule, "
+        f"got {type(obj).__name__}"
+    )
+
+
+def _schedule_view(sched: Schedule, cost_model: CostModel) -> View:
+    program = interpret(sched.gm)
+    clocks = clocks_of(program)
+    a = sched.assignment
+    if _follows_host_order(program, a.start):
+        start, finish = _stream_op_times(clocks, a.start, a.finish)
+    else:
+        # The graph was edited after scheduling: the assignment's times no longer describe
+        # the program that runs, so the picture times that program instead.
+        from msched.proof.timeline import simulate
+
+        timeline = simulate(sched.gm, cost_model)
+        start, finish = _stream_op_times(clocks, timeline.start, timeline.end)
+    return View(
+        gm=sched.gm,
+        program=program,
+        num_streams=sched.num_streams,
+        num_events=sched.num_events,
+        num_waits=sched.num_waits,
+        makespan=sched.makespan,
+        lower_bound=sched.lower_bound,
+        start=start,
+        finish=finish,
+        events=_event_uses(clocks),
+        clocks=clocks,
+        position={step.node: k for k, step in enumerate(program.steps)},
+    )
+
+
+def _follows_host_order(program: StreamProgram, start: dict[Node, float]) -> bool:
+    """Whether every stream issues its timed nodes in order of their start times."""
+    last = [0.0] * program.num_streams
+    for step in program.compute_steps:
+        t = start.get(step.node)
+        if t is None or step.node is program.output:
+            continue
+        if t < last[step.stream]:
+            return False
+        last[step.stream] = t
+    return True
+
+
+def _module_view(gm: GraphModule, cost_model: CostModel) -> View:
+
+    program = interpret(gm)
+    clocks = clocks_of(program)
+    timeline = simulate(gm, cost_model)
+    start, finish = _stream_op_times(clocks, timeline.start, timeline.end)
+    events = _event_uses(clocks)
+    return View(
+        gm=gm,
+        program=program,
+        num_streams=program.num_streams,
+        num_events=len({e.event for e in events if e.record is not None}),
+        num_waits=sum(1 for s in program.steps if s.kind == "wait_event"),
+        makespan=timeline.makespan,
+        lower_bound=timeline.lower_bound,
+        start=start,
+        finish=finish,
+        events=events,
+        clocks=clocks,
+        position={step.node: k for k, step in enumerate(program.steps)},
+    )
+
+
+def _event_uses(clocks: Clocks) -> tuple[EventUse, ...]:
+    """Every record in host order with the waits that bind to it; the waits of an event that
+    bind to nothing (no record before them) grouped where the first of them stands."""
+    binding = clocks.binding  # the waits that run (before output), in host order
+    bound: dict[Node, list[Node]] = {}
+    unbound: dict[int, list[Node]] = {}
+    waits = [s for s in clocks.program.steps if s.kind == "wait_event" and s.node in binding]
+    for step in waits:
+        record = binding[step.node]
+        if record is not None:
+            bound.setdefault(record, []).append(step.node)
+        elif step.event is not None:
+            unbound.setdefault(step.event, []).append(step.node)
+    uses: list[EventUse] = []
+    for step in clocks.program.steps:
+        if step.event is None:
+            continue
+        if step.kind == "record_event":
+            uses.append(EventUse(step.event, step.node, tuple(bound.get(step.node, ()))))
+        elif unbound.get(step.event, [None])[0] is step.node:  # its event's first unbound wait
+            uses.append(EventUse(step.event, None, tuple(unbound[step.event])))
+    return tuple(uses)
+
+
+def _stream_op_times(
+    clocks: Clocks, start: dict[Node, float], finish: dict[Node, float]
+) -> tuple[dict[Node, float], dict[Node, float]]:
+    """Complete ``start``/``finish`` with the nodes they lack (stream ops, inputs, output).
+
+    A node without a time happens when its stream reaches it: after the previous timed node
+    of that stream, and for a wait, not before the record it binds to.
+    """
+    program = clocks.program
+    cursor = [0.0] * program.num_streams
+    out_start: dict[Node, float] = {}
+    out_finish: dict[Node, float] = {}
+    for step in program.steps:
+        node, s = step.node, step.stream
+        if node in start and node is not program.output:
+            out_start[node], out_finish[node] = start[node], finish[node]
+            cursor[s] = max(cursor[s], finish[node])
+            continue
+        t = cursor[s]
+        record = clocks.binding.get(node) if step.kind == "wait_event" else None
+        if record is not None:
+            t = max(t, out_start[record])
+        elif node is program.output:
+            t = max([t, *cursor]) if node not in start else start[node]
+        cursor[s] = t
+        out_start[node] = out_finish[node] = t
+    return out_start, out_finish
+
+
+# ---------------------------------------------------------------------------------------------
+# Questions about a scheduled graph (the demo, `msched explain`, the SVG's exit links).
+
+
+def host_index(v: View, node: Node) -> int:
+    """The position of ``node`` in host (emission) order, 0-based."""
+    return v.position[node]
+
+
+def event_of(v: View, wait: Node) -> EventUse | None:
+    """The record that ``wait`` binds to (``record=None``: none before it); None for a wait
+    that never runs (after ``output``)."""
+    if wait not in v.clocks.binding:
+        return None
+    record = v.clocks.binding[wait]
+    return next(u for u in v.events if u.record is record and wait in u.waits)
+
+
+def joining_wait(v: View, node: Node, stream: int) -> Node | None:
+    """The first wait that makes ``stream`` happen-after ``node``, or None.
+
+    Joins through a third stream count.  None when ``node`` is on ``stream`` (no wait is
+    needed), never runs (after ``output``) or no wait joins it (`Clocks.joining_wait`).
+    """
+    return v.clocks.joining_wait(node, stream)
+
+
+def exit_waits(v: View) -> tuple[Node, ...]:
+    """The waits that join the exit: those on ``output``'s stream after the previous node of
+    that stream, bound to a record (`Clocks.binding`), in host order."""
+    out = v.program.output
+    stream, binding = v.program.stream_of[out], v.clocks.binding
+    found: list[Node] = []
+    for step in reversed(v.program.steps[: host_index(v, out)]):
+        if step.stream != stream:
+            continue
+        if step.kind == "compute":
+            break
+        if step.kind == "wait_event" and binding.get(step.node) is not None:
+            found.append(step.node)
+    return tuple(reversed(found))
+
+
+def dependencies_by_name(obj: Schedule | GraphModule) -> dict[str, dict[str, set[str]]]:
+    """``{node name: {dependency name: reasons}}`` of the graph that was scheduled.
+
+    For a `Schedule` the Dag of ``Schedule.original`` (the input program order defines the
+    hazards); for a bare module the Dag of its compute nodes in scheduled host order.
+    """
+    if isinstance(obj, Schedule):
+        graph = obj.original.graph
+    elif isinstance(obj, GraphModule):
+        graph = _without_stream_ops(obj)
+    else:
+        raise InvalidArgumentError(
+            f"expected a Schedule or a GraphModule, got {type(obj).__name__}"
+        )
+    dag = build_dag(graph)
+    return {n.name: {d.name: r for d, r in dag.dependencies(n).items()} for n in dag.nodes}
+
+
+def _without_stream_ops(gm: GraphModule) -> Graph:
+    program = interpret(gm)
+    graph = Graph()
+    env: dict[Node, Node] = {}
+    for step in program.steps:
+        if step.kind == "compute":
+            env[step.node] = graph.node_copy(step.node, lambda n: env[n])
+    return graph

@@ -1,0 +1,260 @@
+"""The happens-before engine: vector clocks over a `StreamProgram`.
+
+Every reader of a scheduled graph asks the same question (does ``u`` run before ``v`` on the
+GPU?) and `clocks_of` is the one place that answers it from the stream ops.  It walks the host
+order once, up to and including ``output`` (what follows never runs), with one vector clock
+per stream:
+
+- compute node ``k`` of stream ``s`` gets the `Stamp` ``(s, k, clock)``, ``clock`` being its
+  stream's vector clock after the last wait before it; graph inputs are ready on stream 0
+  before the graph starts and share the stamp ``(0, 0, ())``;
+- a ``record_event`` snapshots the clock of its stream; a ``wait_event`` binds to the latest
+  earlier record of its event (events are re-recorded) and joins that snapshot into its
+  stream's clock.  A wait on an event not recorded before it waits for nothing, as on a GPU.
+
+`msched.verify`, the adversarial executor (`msched.execute`), the timeline (`msched.simulate`)
+and the pictures read ordering from `Clocks` and nothing else; none of them interprets a
+record or a wait itself.  (``tests/msched/hb.py`` is the tests' independent re-reading, kept
+separate on purpose.)
+
+Questions the pictures and the plugin ask, and the `Clocks` attribute that answers each
+(``clocks = clocks_of(interpret(gm))``):
+
+- *Which wait joins node N on stream S* (the first wait after which stream ``S``
+  happens-after ``N``): ``clocks.joining_wait(N, S)``; None when ``N`` runs on ``S`` or no
+  wait joins it.  Joins through a third stream count.
+- *Which record does wait W bind to*: ``clocks.binding[W]``; None when the event was not
+  recorded before ``W``.  ``binding`` lists the waits before ``output`` in host order, so the
+  waits of one record are ``[w for w, r in clocks.binding.items() if r is R]``.
+- *Does the exit happen-after node N* (has the caller's stream joined it when the graph
+  returns): ``clocks.exit_happens_after(N)``; False for a node that never runs.
+- *u before v*: ``clocks.happens_before(u, v)``; *what does v directly wait for*:
+  ``clocks.predecessors[v]`` (the previous node of its stream and what its waits observe).
+- Diagnostics, as plain data: ``clocks.unrecorded_waits`` (the wait `Step`s whose event had no
+  earlier record; ``clocks.later_record(step)`` is the record that comes too late, if any) and
+  ``clocks.unjoined_starts`` (the first node of each auxiliary stream that starts without
+  having joined stream 0, where graph inputs are ready).
+
+Cost: one pass over the steps, O(streams) per wait; `predecessors` costs a second pass on
+first use.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+from functools import cached_property
+from typing import NamedTuple
+
+from torch.fx import Node
+
+from msched.analysis.nodes import INPUT_OPS
+from msched.errors import InvalidArgumentError
+from msched.limits import check_num_streams
+from msched.proof.dialects import Step, StreamProgram
+
+
+class Stamp(NamedTuple):
+    """Where a compute node sits in happens-before.
+
+    ``stream`` is the stream it runs on; ``seq`` its sequence number there (the ``seq``-th
+    compute node of that stream, from 1; 0 for graph inputs); ``clock`` the vector clock of
+    its stream after the last wait before it (entry ``t`` of another stream: the ``seq`` of
+    the last node of stream ``t`` it happens after, -1 for none; ``()`` for graph inputs).
+    """
+
+    stream: int
+    seq: int
+    clock: tuple[int, ...]
+
+
+_INPUT_STAMP = Stamp(0, 0, ())
+# ``Stamp(...)`` runs NamedTuple's Python-level __new__; the walk makes one stamp per node, and
+# tuple.__new__ builds the same object at half the cost (verify must stay cheap).
+_new_stamp = tuple.__new__
+
+
+@dataclass(frozen=True, repr=False)
+class Clocks:
+    """Happens-before over the nodes that run (host order up to and including ``output``).
+
+    ``stamp[n]`` is ``n``'s `Stamp` for every compute node that runs (graph inputs and
+    ``output`` included); ``order`` lists those nodes in host order.  ``binding[w]`` is the
+    record node each wait before ``output`` binds to (None: unrecorded) and
+    ``clock_after[w]`` the vector clock of its stream right after it.  ``unrecorded_waits``
+    and ``unjoined_starts`` are the diagnostics of the module docstring.  ``num_streams`` is
+    the width of every clock.
+    """
+
+    program: StreamProgram
+    num_streams: int
+    stamp: dict[Node, Stamp]
+    order: tuple[Node, ...]
+    binding: dict[Node, Node | None]
+    clock_after: dict[Node, tuple[int, ...]]
+    unrecorded_waits: tuple[Step, ...]
+    unjoined_starts: tuple[Node, ...]
+
+    def __repr__(self) -> str:
+        return (
+            f"Clocks({len(self.order)} nodes that run, {self.num_streams} streams, "
+            f"{len(self.binding)} waits)"
+        )
+
+    @property
+    def output(self) -> Node:
+        return self.program.output
+
+    def happens_before(self, u: Node, v: Node) -> bool:
+        """Whether ``u`` is ordered before ``v`` on the GPU (both must have run)."""
+        su, ku, _ = self.stamp[u]
+        sv, kv, clock = self.stamp[v]
+        if su == sv:
+            return ku < kv
+        return len(clock) > su and clock[su] >= ku
+
+    def exit_happens_after(self, node: Node) -> bool:
+        """Whether ``output`` happens after ``node``; False when ``node`` never runs."""
+        return node in self.stamp and self.happens_before(node, self.program.output)
+
+    def joining_wait(self, node: Node, stream: int) -> Node | None:
+        """The first wait on ``stream`` after which ``stream`` happens-after ``node``.
+
+        None when ``node`` runs on ``stream`` (no wait is needed), never runs, or no wait
+        joins it.  A graph input is ready on stream 0, so the first wait that joins stream 0
+        joins it.  Clocks only grow along a stream, so this is a binary search.
+        """
+        at = self.stamp.get(node)
+        if at is None or at.stream == stream:
+            return None
+        waits = self._waits_by_stream.get(stream, ())
+        after = self.clock_after
+        i = bisect_left(waits, at.seq, key=lambda w: after[w][at.stream])
+        return waits[i] if i < len(waits) else None
+
+    def later_record(self, wait: Step) -> Node | None:
+        """The first record of ``wait``'s event after it in host order (None: there is none):
+        why an unrecorded wait is unrecorded."""
+        steps = self.program.steps
+        position = next(i for i, step in enumerate(steps) if step.node is wait.node)
+        for step in steps[position + 1 :]:
+            if step.kind == "record_event" and step.event == wait.event:
+                return step.node
+        return None
+
+    @cached_property
+    def _waits_by_stream(self) -> dict[int, tuple[Node, ...]]:
+        by_stream: dict[int, list[Node]] = {}
+        stream_of = self.program.stream_of
+        for wait in self.binding:
+            by_stream.setdefault(stream_of[wait], []).append(wait)
+        return {s: tuple(waits) for s, waits in by_stream.items()}
+
+    @cached_property
+    def predecessors(self) -> dict[Node, tuple[Node, ...]]:
+        """The nodes each compute node that runs directly happens after (graph inputs
+        excluded, ``output`` included, keys in host order): the previous node of its stream,
+        then the nodes whose completion the waits before it observe.
+
+        A record stands for the last node of its stream plus what that stream has waited for
+        since (pending joins); a wait hands those to the next node of the waiting stream.
+        """
+        last: dict[int, Node] = {}
+        pending: dict[int, list[Node]] = {}
+        carried: dict[Node, tuple[Node, ...]] = {}  # record -> the nodes it stands for
+        preds: dict[Node, tuple[Node, ...]] = {}
+        for step in self.program.steps:
+            s, node = step.stream, step.node
+            if step.kind == "compute" and node.op not in INPUT_OPS:
+                before = [last[s]] if s in last else []
+                preds[node] = tuple(dict.fromkeys(before + pending.pop(s, [])))
+                last[s] = node
+                if node is self.program.output:
+                    break
+            elif step.kind == "record_event":
+                carried[node] = (*([last[s]] if s in last else []), *pending.get(s, []))
+            elif step.kind == "wait_event":
+                record = self.binding[node]
+                if record is not None:
+                    pending.setdefault(s, []).extend(carried[record])
+        return preds
+
+
+def clocks_of(program: StreamProgram, num_streams: int | None = None) -> Clocks:
+    """Stamp every node of ``program`` that runs with its vector clock (see the module).
+
+    ``num_streams`` is the width of the clocks: at least ``program.num_streams`` (the
+    default); `msched.verify` passes a wider one when told the schedule's stream count.
+    """
+    width = program.num_streams
+    if num_streams is not None:
+        width = check_num_streams(num_streams)
+        if width < program.num_streams:
+            raise InvalidArgumentError(
+                f"num_streams must be at least the {program.num_streams} stream(s) the "
+                f"program uses, got {width}"
+            )
+    return _walk(program, width)
+
+
+def _walk(program: StreamProgram, width: int) -> Clocks:
+    """The host-order walk of `clocks_of`.
+
+    Longer than 40 lines on purpose: it is the inner loop of `msched.verify` (one iteration
+    per node of the graph), and splitting it into calls per step costs more than the rest of
+    the walk.
+    """
+    vc = [[-1] * width for _ in range(width)]  # vc[s]: the vector clock of stream s
+    vc[0][0] = 0  # graph inputs: ready on stream 0 before its first node
+    joined = [tuple(row) for row in vc]  # each stream's clock after its last wait
+    count = [0] * width  # compute nodes issued on each stream
+    records: dict[int, tuple[Node, tuple[int, ...]]] = {}  # event -> last record, snapshot
+    stamp: dict[Node, Stamp] = {}
+    order: list[Node] = []
+    binding: dict[Node, Node | None] = {}
+    clock_after: dict[Node, tuple[int, ...]] = {}
+    unrecorded: list[Step] = []
+    unjoined: list[Node] = []
+    out = program.output
+    for step in program.steps:
+        node, kind, s = step.node, step.kind, step.stream
+        if kind == "compute":
+            order.append(node)
+            if node.op in INPUT_OPS:
+                stamp[node] = _INPUT_STAMP
+                continue
+            if node is out:
+                stamp[node] = _new_stamp(Stamp, (s, count[s] + 1, joined[s]))
+                break
+            k = count[s] = count[s] + 1
+            vc[s][s] = k
+            stamp[node] = _new_stamp(Stamp, (s, k, joined[s]))
+            if k == 1 and s != 0 and joined[s][0] < 0:
+                unjoined.append(node)
+        elif kind == "record_event":
+            assert step.event is not None  # interpret gives every record and wait its event
+            records[step.event] = (node, tuple(vc[s]))
+        elif kind == "wait_event":
+            assert step.event is not None
+            record = records.get(step.event)
+            if record is None:
+                binding[node] = None
+                unrecorded.append(step)
+            else:
+                binding[node] = record[0]
+                row = vc[s]
+                for t, x in enumerate(record[1]):
+                    if x > row[t]:
+                        row[t] = x
+                joined[s] = tuple(row)
+            clock_after[node] = joined[s]
+    return Clocks(
+        program,
+        width,
+        stamp,
+        tuple(order),
+        binding,
+        clock_after,
+        tuple(unrecorded),
+        tuple(unjoined),
+    )
