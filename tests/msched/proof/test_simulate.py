@@ -11,9 +11,9 @@ from msched.proof.clocks import clocks_of
 from msched.proof.dialects import interpret
 from msched.testing.decoders import decoder_stack
 
-from .graphs import cyclic_graph, within
-from .hb import happens_before as hb_reader
-from .scheduled import Scheduled, aten, two_streams, two_streams_inputs, unscheduled
+from ..graphs import cyclic_graph, within
+from ..hb import happens_before as hb_reader
+from ..scheduled import Scheduled, aten, two_streams, two_streams_inputs, unscheduled
 
 ORDERS = ("late-aux", "early-aux", "random")
 

@@ -14,8 +14,8 @@ from msched.proof.clocks import Clocks, Stamp, clocks_of
 from msched.proof.dialects import interpret
 from msched.testing.decoders import decoder_stack
 
-from .hb import happens_before as hb_reader
-from .scheduled import Scheduled, aten, two_streams, unjoined_aux_start
+from ..hb import happens_before as hb_reader
+from ..scheduled import Scheduled, aten, two_streams, unjoined_aux_start
 
 
 def clocks(gm: GraphModule) -> Clocks:

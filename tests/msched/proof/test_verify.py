@@ -12,8 +12,8 @@ import msched
 from msched.proof.verifier import KINDS, Report, Violation
 from msched.testing.decoders import decoder_stack
 
-from .graphs import cyclic_graph, within
-from .scheduled import Scheduled, aten, two_streams, unjoined_aux_start, unscheduled
+from ..graphs import cyclic_graph, within
+from ..scheduled import Scheduled, aten, two_streams, unjoined_aux_start, unscheduled
 
 
 def kinds(report: Report) -> list[str]:

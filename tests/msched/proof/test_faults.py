@@ -17,7 +17,7 @@ import msched
 import msched.testing.strategies as mst
 from msched.testing.decoders import decoder_stack
 
-from .faults import (
+from ..faults import (
     FAULTS,
     Fault,
     copy_module,

@@ -761,7 +761,7 @@ def test_model_that_never_reaches_the_backend_raises() -> None:
 
 
 def _gpu_benchmark() -> Any:
-    path = Path(__file__).parents[2] / "benchmarks" / "gpu_streams.py"
+    path = Path(__file__).parents[3] / "benchmarks" / "gpu_streams.py"
     spec = importlib.util.spec_from_file_location("gpu_streams", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

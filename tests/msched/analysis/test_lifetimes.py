@@ -11,8 +11,8 @@ from msched.analysis.effects import produces_tensor
 from msched.analysis.lifetimes import unsafe_cross_stream_uses
 from msched.testing.decoders import decoder_stack
 
-from .graphs import module
-from .hb import happens_before
+from ..graphs import module
+from ..hb import happens_before
 
 aten = torch.ops.aten
 RECORD = msched.ops.record_stream

@@ -10,7 +10,7 @@ from msched.scheduling import assign
 from msched.scheduling.assign import Assignment, _Lane, assign_streams, bottom_levels
 from msched.testing.decoders import decoder_stack
 
-from .graphs import eagle3_graph, module
+from ..graphs import eagle3_graph, module
 
 aten = torch.ops.aten
 

@@ -9,7 +9,7 @@ from torch.fx import GraphModule
 import msched
 from msched.proof.dialects import Dialect, interpret
 
-from .scheduled import Scheduled, aten, unjoined_aux_start
+from ..scheduled import Scheduled, aten, unjoined_aux_start
 
 NAMESPACE = "msched_test_trtllm"
 _lib = torch.library.Library(NAMESPACE, "DEF")

@@ -16,8 +16,8 @@ from msched.analysis.nodes import INPUT_OPS
 from msched.scheduling import pipeline
 from msched.testing.decoders import decoder_stack
 
-from .graphs import cyclic_graph, eagle3_graph, eagle3_inputs, hazard_graph, within
-from .hb import happens_before
+from ..graphs import cyclic_graph, eagle3_graph, eagle3_inputs, hazard_graph, within
+from ..hb import happens_before
 
 aten = torch.ops.aten
 STREAM_OPS = set(msched.ops.STREAM_OPS)

@@ -8,7 +8,7 @@ import msched
 from msched.analysis._graphcheck import find_cycle
 from msched.analysis.nodes import node_named
 
-from .graphs import cyclic_graph, eagle3_graph, hazard_graph
+from ..graphs import cyclic_graph, eagle3_graph, hazard_graph
 
 aten = torch.ops.aten
 

@@ -13,7 +13,7 @@ import msched
 from msched.analysis.effects import compute_effects, produces_tensor
 from msched.analysis.nodes import node_named
 
-from .graphs import capture_op, eagle3_graph, module
+from ..graphs import capture_op, eagle3_graph, module
 
 aten = torch.ops.aten
 

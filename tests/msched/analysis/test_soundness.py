@@ -31,8 +31,8 @@ import msched
 from msched.compile.compiler import Piece
 from msched.compile.traced import record_piece_inputs
 
-from .faults import inject
-from .soundness_cases import CASES, Case, build, fx_trace
+from ..faults import inject
+from ..soundness_cases import CASES, Case, build, fx_trace
 
 ORDERS = ("late-aux", "early-aux", "random")
 RANDOM_SEEDS = (0, 1)
