@@ -27,6 +27,7 @@ from msched.proof.executor import Execution, execute
 from msched.proof.timeline import Timeline, simulate
 from msched.proof.verifier import Report, Violation, verify
 from msched.scheduling.pipeline import Schedule, schedule
+from msched.scheduling.readback import read_schedule
 
 __all__ = [
     "MAX_STREAMS",
@@ -54,6 +55,7 @@ __all__ = [
     "ops",
     "register_mutation",
     "register_pure",
+    "read_schedule",
     "register_side_effect",
     "schedule",
     "simulate",

@@ -79,6 +79,8 @@ def explain_lines(sched: Schedule, node: Node, cost_model: CostModel | None = No
 def placement_text(sched: Schedule, node: Node) -> str:
     """Why ``node`` is on its stream: the rule `assign_streams` recorded for it, in words."""
     a = sched.assignment
+    if a is None:  # read back from another pass's graph: its reasons are that pass's own
+        return f"placed on stream {sched.stream_of(node)} by the pass that scheduled the graph."
     why, s = a.reasons[node], a.stream[node]
     if why.rule == assign.OUTPUT:
         return (
@@ -116,6 +118,7 @@ def placement_text(sched: Schedule, node: Node) -> str:
 def _busy_at(sched: Schedule, stream: int, t: float) -> Node | None:
     """The node that runs on ``stream`` at time ``t`` in the assignment, if any."""
     a = sched.assignment
+    assert a is not None  # only asked for schedules msched made
     for node in a.order:
         if a.stream[node] == stream and a.start[node] <= t < a.finish[node]:
             return node

@@ -87,17 +87,18 @@ def view_of(obj: Schedule | GraphModule, cost_model: CostModel | None = None) ->
 
 
 def _schedule_view(sched: Schedule, cost_model: CostModel) -> View:
-    program = interpret(sched.gm)
+    program = interpret(sched.gm, sched.dialect)
     clocks = clocks_of(program)
     a = sched.assignment
-    if _follows_host_order(program, a.start):
+    if a is not None and _follows_host_order(program, a.start):
         start, finish = _stream_op_times(clocks, a.start, a.finish)
     else:
-        # The graph was edited after scheduling: the assignment's times no longer describe
-        # the program that runs, so the picture times that program instead.
+        # Read back from another pass's graph (no assignment), or edited after scheduling
+        # (the assignment's times no longer describe the program that runs): the picture
+        # times the program that runs instead.
         from msched.proof.timeline import simulate
 
-        timeline = simulate(sched.gm, cost_model)
+        timeline = simulate(sched.gm, cost_model, sched.dialect)
         start, finish = _stream_op_times(clocks, timeline.start, timeline.end)
     return View(
         gm=sched.gm,

@@ -55,6 +55,16 @@ class Dialect:
             set_stream=s, record_event=r, wait_event=w, record_stream=rs, namespace=namespace
         )
 
+    @classmethod
+    def detect(cls, gm: GraphModule | Graph) -> Dialect:
+        """The dialect whose stream ops ``gm`` contains (msched's when it has none).
+
+        Stream ops are recognised by name (``ns::set_stream``, ``ns::record_event``,
+        ``ns::wait_event``, ``ns::record_stream``); ``aten`` is no dialect.  Stream ops of two
+        namespaces in one graph are an `msched.InvalidGraphError` naming both.
+        """
+        return detect_dialect(gm)
+
     def _table(self) -> dict[Any, str]:
         table: dict[Any, str] = {}
         for kind in KINDS:
@@ -108,6 +118,36 @@ def as_dialect(dialect: object) -> Dialect:
     )
 
 
+# Namespaces whose ops named like stream ops are not a scheduler's (``aten::record_stream`` is
+# PyTorch's ``Tensor.record_stream``).
+_NOT_DIALECTS = frozenset({"aten", "prim", "prims"})
+
+
+def detect_dialect(gm: GraphModule | Graph) -> Dialect:
+    """`Dialect.detect`: one pass over the graph's call targets."""
+    graph = graph_of(gm)
+    found: dict[str, list[str]] = {}
+    seen: set[int] = set()
+    for node in graph.nodes:
+        target = node.target
+        if node.op != "call_function" or id(target) in seen:
+            continue
+        seen.add(id(target))
+        namespace, _, name = (_qualified_name(target) or "").partition("::")
+        if name in KINDS and namespace not in _NOT_DIALECTS:
+            found.setdefault(namespace, []).append(name)
+    if len(found) > 1:
+        shown = "; ".join(f"{ns} ({', '.join(sorted(set(k)))})" for ns, k in sorted(found.items()))
+        raise InvalidGraphError(
+            f"the graph mixes the stream ops of {len(found)} dialects: {shown}; a scheduled "
+            "graph uses one (pass dialect=... to read it in one of them)"
+        )
+    if not found:
+        return Dialect()
+    namespace = next(iter(found))
+    return builtin_dialects().get(namespace) or Dialect.from_namespace(namespace)
+
+
 def _defines_stream_ops(namespace: str) -> bool:
     """Whether ``torch.ops.<namespace>`` defines ``set_stream`` and ``wait_event`` (the least
     a scheduler's stream ops need; ``aten`` has a ``record_stream`` but is no dialect)."""
@@ -156,8 +196,14 @@ class StreamProgram:
         return tuple(s for s in self.steps if s.kind == "compute")
 
 
+class _ForeignStreamOp(Exception):
+    """Raised inside `interpret` when a graph read as msched's (by default) has another
+    dialect's stream ops: it is read again in the detected dialect."""
+
+
 class _Classifier:
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Dialect, detecting: bool = False) -> None:
+        self.detecting = detecting
         self.table = dialect._table()
         self.namespace = dialect.own_namespace()
         # id(target) -> (target, kind): hashing an OpOverload runs Python code, id() does not.
@@ -184,6 +230,8 @@ class _Classifier:
         kind = self.table.get(name)
         if kind is None and name.split("::")[-1] in KINDS:
             theirs = name.split("::")[0]
+            if self.detecting and theirs not in _NOT_DIALECTS:
+                raise _ForeignStreamOp(theirs)
             raise InvalidGraphError(
                 f"node {node.name!r} is the stream op {name} but the graph is read in the "
                 f"{self.namespace or 'given'} dialect: stream ops of two dialects are mixed "
@@ -237,12 +285,22 @@ def _tensor_arg(node: Node) -> Node | None:
 def interpret(gm: GraphModule | Graph, dialect: Dialect | str | None = None) -> StreamProgram:
     """Read ``gm`` in host order: the stream of every node and what every stream op does.
 
-    ``dialect`` is anything `as_dialect` accepts.  Raises `InvalidGraphError` for graphs that
-    cannot be read: no output or several, a stream or event id that is not a non-negative
-    int literal, a stream id of `msched.MAX_STREAMS` or more, stream ops of two dialects.
+    ``dialect`` is anything `as_dialect` accepts; None reads msched's stream ops, or the
+    dialect of the graph's stream ops when they are another's (`Dialect.detect`).  Raises
+    `InvalidGraphError` for graphs that cannot be read: no output or several, a stream or
+    event id that is not a non-negative int literal, a stream id of `msched.MAX_STREAMS` or
+    more, stream ops of two dialects.
     """
     graph = graph_of(gm)
-    classify = _Classifier(as_dialect(dialect))
+    if dialect is None:
+        try:
+            return _interpret(graph, _Classifier(Dialect(), detecting=True))
+        except _ForeignStreamOp:
+            dialect = detect_dialect(graph)
+    return _interpret(graph, _Classifier(as_dialect(dialect)))
+
+
+def _interpret(graph: Graph, classify: _Classifier) -> StreamProgram:
     outputs = [n for n in graph.nodes if n.op == "output"]
     if len(outputs) != 1:
         raise InvalidGraphError(

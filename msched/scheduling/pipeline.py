@@ -16,6 +16,7 @@ from msched.analysis.dag import Dag, build_dag
 from msched.analysis.nodes import node_named
 from msched.errors import InvalidArgumentError, InvalidGraphError
 from msched.limits import check_num_streams
+from msched.proof.dialects import Dialect
 from msched.scheduling.assign import Assignment, assign_streams, serial_assignment
 from msched.scheduling.emit import plan_emission, relink
 
@@ -29,6 +30,10 @@ class Schedule:
     ``msched.verify(gm, original=...)`` and for running the unscheduled program.
     ``makespan`` and ``lower_bound`` are in cost-model units; the lower bound is
     ``max(critical path, total cost / num_streams)``.
+
+    A Schedule read back from a graph another pass scheduled (`msched.read_schedule`) has no
+    ``assignment`` (its times come from the timeline simulator), the ``dialect`` its stream
+    ops are read in, and ``original`` only when one was given.
     """
 
     gm: GraphModule
@@ -38,8 +43,10 @@ class Schedule:
     num_waits: int
     makespan: float
     lower_bound: float
-    assignment: Assignment = field(repr=False)
-    _snapshot: _GraphSnapshot = field(repr=False)
+    assignment: Assignment | None = field(repr=False)
+    _snapshot: _GraphSnapshot | None = field(repr=False)
+    dialect: Dialect | None = field(default=None, repr=False)
+    _original: GraphModule | None = field(default=None, repr=False)
 
     def stream_of(self, node: Node | str) -> int:
         """The stream ``node`` (or the node named so) runs on; stream ops report their stream."""
@@ -59,6 +66,13 @@ class Schedule:
         of a model's weights): running one module changes the state the other sees, so save
         and restore mutated buffers when you run both to compare them.
         """
+        if self._original is not None:
+            return self._original
+        if self._snapshot is None:
+            raise InvalidArgumentError(
+                "this Schedule was read back from a scheduled graph without its original; "
+                "pass original= to msched.read_schedule"
+            )
         return GraphModule(self.gm, self._snapshot.graph(), self.gm.__class__.__name__)
 
 

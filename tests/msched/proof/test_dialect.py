@@ -8,6 +8,7 @@ from torch.fx import GraphModule
 
 import msched
 from msched.proof.dialects import Dialect, interpret
+from msched.testing.decoders import decoder_stack
 
 from ..scheduled import Scheduled, aten, unjoined_aux_start
 
@@ -59,10 +60,30 @@ def test_a_race_in_another_dialect_is_found() -> None:
     assert not targets & set(msched.ops.STREAM_OPS)
 
 
-def test_the_default_dialect_refuses_foreign_stream_ops() -> None:
+def test_without_a_dialect_the_graph_s_own_is_detected() -> None:
+    good, bad = trtllm_schedule(wait_for_a=True), trtllm_schedule(wait_for_a=False)
+    assert Dialect.detect(good) == Dialect.from_namespace(NAMESPACE)
+    assert msched.verify(good).ok
+    detected = msched.verify(bad)
+    assert detected.violations == msched.verify(bad, dialect=NAMESPACE).violations != ()
+    assert Dialect.detect(decoder_stack(2, (1,)).gm) == Dialect()  # no stream ops: msched
+
+
+def test_msched_s_dialect_still_refuses_foreign_stream_ops() -> None:
     gm = trtllm_schedule(wait_for_a=True)
     with pytest.raises(msched.InvalidGraphError, match="stream ops of two dialects are mixed"):
-        msched.verify(gm)
+        msched.verify(gm, dialect="msched")
+
+
+def test_detecting_a_graph_with_two_dialects_names_both() -> None:
+    gm = trtllm_schedule(wait_for_a=True)
+    first = next(n for n in gm.graph.nodes if n.op == "call_function")
+    with gm.graph.inserting_before(first):
+        gm.graph.call_function(msched.ops.record_event, (9,))
+    match = rf"mixes the stream ops of 2 dialects: msched \(record_event\); {NAMESPACE} \("
+    for call in (lambda: Dialect.detect(gm), lambda: msched.verify(gm)):
+        with pytest.raises(msched.InvalidGraphError, match=match):
+            call()
 
 
 def test_two_dialects_mixed_in_one_graph_are_rejected() -> None:

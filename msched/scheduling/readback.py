@@ -1,0 +1,65 @@
+"""`msched.read_schedule`: a `Schedule` read back from a graph any pass scheduled.
+
+Downstream engines have their own multi-stream pass with their own stream ops.  To test,
+snapshot and picture their output the same way as msched's own, the plugin reads their graph
+back: the stream of every node and the events and waits from the stream ops (in the graph's
+dialect), the makespan from the timeline simulator under a cost model, and the lower bound
+from the original graph when it is given (from the scheduled graph's host order otherwise).
+"""
+
+from __future__ import annotations
+
+from torch.fx import GraphModule
+
+from msched.analysis.cost import CostModel, DefaultCostModel, check_cost_model, lower_bound
+from msched.analysis.dag import build_dag
+from msched.errors import InvalidArgumentError
+from msched.proof.dialects import Dialect, as_dialect, detect_dialect, interpret
+from msched.proof.timeline import simulate
+from msched.scheduling.assign import serial_assignment
+from msched.scheduling.pipeline import Schedule
+
+
+def read_schedule(
+    gm: GraphModule,
+    original: GraphModule | None = None,
+    dialect: Dialect | str | None = None,
+    cost_model: CostModel | None = None,
+) -> Schedule:
+    """The `Schedule` of ``gm``, a graph some pass scheduled, read from its stream ops.
+
+    ``dialect`` is a `Dialect`, a dialect name, or None to detect it from the graph's ops
+    (`Dialect.detect`).  ``num_events`` counts the distinct events recorded, ``num_waits`` the
+    waits; ``makespan`` is the `msched.simulate` makespan under ``cost_model`` (the table
+    model by default).  With ``original`` the lower bound is the original graph's
+    ``max(critical path, total cost / streams)`` and ``Schedule.original`` is ``original``.
+    """
+    for name, value in (("gm", gm), ("original", original)):
+        if value is not None and not isinstance(value, GraphModule):
+            raise InvalidArgumentError(
+                f"read_schedule: {name} must be a torch.fx.GraphModule, got {type(value).__name__}"
+            )
+    check_cost_model(cost_model)
+    model = cost_model or DefaultCostModel()
+    chosen = detect_dialect(gm.graph) if dialect is None else as_dialect(dialect)
+    program = interpret(gm, chosen)
+    timeline = simulate(gm, model, chosen)
+    events = {s.event for s in program.steps if s.kind == "record_event"}
+    waits = sum(1 for s in program.steps if s.kind == "wait_event")
+    bound = timeline.lower_bound
+    if original is not None:
+        serial = serial_assignment(build_dag(original), model)
+        bound = lower_bound(serial.critical_path, serial.total_cost, program.num_streams)
+    return Schedule(
+        gm,
+        program.num_streams,
+        dict(program.stream_of),
+        len(events),
+        waits,
+        timeline.makespan,
+        bound,
+        None,
+        None,
+        dialect=chosen,
+        _original=original,
+    )
