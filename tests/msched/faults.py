@@ -16,6 +16,7 @@ from torch.fx import Graph, GraphModule, Node
 
 import msched
 from msched.analysis.dag import WAW, build_dag
+from msched.analysis.nodes import node_named
 from msched.proof.dialects import interpret
 from msched.scheduling.emit import relink
 
@@ -51,7 +52,7 @@ def copy_module(gm: GraphModule) -> GraphModule:
 
 
 def _node(gm: GraphModule, name: str) -> Node:
-    return next(n for n in gm.graph.nodes if n.name == name)
+    return node_named(gm, name)
 
 
 def _is_compute(node: Node) -> bool:

@@ -9,6 +9,7 @@ from torch.fx import Graph
 import msched
 from msched.analysis.effects import produces_tensor
 from msched.analysis.lifetimes import unsafe_cross_stream_uses
+from msched.analysis.nodes import node_named
 from msched.testing.decoders import decoder_stack
 
 from ..graphs import module
@@ -61,7 +62,7 @@ def test_no_record_stream_when_the_producer_stream_joins_first() -> None:
     hb = happens_before(stack.gm)
     # q, k and v read the normed hidden state on three streams; attention on stream 0 joins
     # k and v before anything else is allocated on stream 0, so no record is needed for it.
-    norm = next(n for n in stack.gm.graph.nodes if n.name == "mul_tensor_2")
+    norm = node_named(stack.gm, "mul_tensor_2")
     users = {u.name: hb.position[u.name][0] for u in norm.users}
     assert len(set(users.values())) == 3, users
     assert not [r for r in _records(stack.gm) if r[0] == "mul_tensor_2"]

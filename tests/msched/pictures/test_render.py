@@ -14,6 +14,7 @@ import pytest
 
 import msched
 from msched import pictures
+from msched.analysis.nodes import node_named
 from msched.pictures.labels import format_number
 from msched.pictures.view import event_of, exit_waits, host_index, joining_wait, view_of
 from msched.proof.dialects import interpret
@@ -127,7 +128,7 @@ def test_json_round_trips_and_describes_the_schedule(sched: msched.Schedule) -> 
     assert [n["name"] for n in data["nodes"]] == [n.name for n in sched.gm.graph.nodes]
     a = sched.assignment
     for entry in data["nodes"]:
-        node = next(n for n in sched.gm.graph.nodes if n.name == entry["name"])
+        node = node_named(sched.gm, entry["name"])
         assert entry["stream"] == sched.stream_of(node)
         if node in a.order:
             assert (entry["start"], entry["end"]) == (a.start[node], a.finish[node])
@@ -229,7 +230,7 @@ def test_each_capture_is_joined_on_stream_0_before_output(sched: msched.Schedule
     v = view_of(sched)
     out_at = host_index(v, v.program.output)
     for capture in ("capture_0", "capture_2"):
-        node = next(n for n in sched.gm.graph.nodes if n.name == capture)
+        node = node_named(sched.gm, capture)
         wait = joining_wait(v, node, 0)
         assert wait is not None
         assert host_index(v, node) < host_index(v, wait) < out_at

@@ -15,6 +15,7 @@ from torch.fx import GraphModule
 
 import msched
 import msched.testing.strategies as mst
+from msched.analysis.nodes import node_named
 from msched.testing.decoders import decoder_stack
 
 from ..faults import (
@@ -153,7 +154,7 @@ def test_every_fault_is_detected_on_generated_graphs(
         for site in redundant_record_streams(gm, sched.original):
             # Another alias of the same storage is recorded for the same stream: still safe.
             faulty = copy_module(gm)
-            faulty.graph.erase_node(next(n for n in faulty.graph.nodes if n.name == site))
+            faulty.graph.erase_node(node_named(faulty, site))
             assert not msched.verify(faulty, original=sched.original).violations
             redundant.append(site)
 

@@ -9,6 +9,7 @@ import torch
 from torch.fx import GraphModule
 
 import msched
+from msched.analysis.nodes import node_named
 from msched.proof.verifier import KINDS, Report, Violation
 from msched.testing.decoders import decoder_stack
 
@@ -145,7 +146,7 @@ def test_aux_stream_must_join_stream_0_before_its_first_node() -> None:
 
 def test_node_after_output_is_reported_and_never_counted_as_run() -> None:
     gm = two_streams()
-    capture = next(n for n in gm.graph.nodes if n.name == "capture")
+    capture = node_named(gm, "capture")
     output = next(n for n in gm.graph.nodes if n.op == "output")
     output.append(capture)
     report = msched.verify(gm, original=unscheduled(two_streams()))
@@ -158,10 +159,10 @@ def test_missing_and_duplicate_nodes() -> None:
     original = unscheduled(two_streams())
     gm = two_streams()
     graph = gm.graph
-    b = next(n for n in graph.nodes if n.name == "b")
+    b = node_named(graph, "b")
     with graph.inserting_after(b):
         twin = graph.node_copy(b)
-    capture = next(n for n in graph.nodes if n.name == "capture")
+    capture = node_named(graph, "capture")
     graph.erase_node(capture)
     report = msched.verify(gm, original=original)
     assert sorted(kinds(report)) == ["duplicate-node", "missing-node"]
@@ -176,7 +177,7 @@ def test_missing_and_duplicate_nodes() -> None:
 def test_an_input_from_another_graph_is_a_missing_node(with_original: bool) -> None:
     original = unscheduled(two_streams())
     gm = two_streams()
-    b = next(n for n in gm.graph.nodes if n.name == "b")
+    b = node_named(gm, "b")
     stranger = torch.fx.Graph().placeholder("stranger")
     b.args = (stranger, *b.args[1:])
     report = msched.verify(gm, original=original if with_original else None)
@@ -333,9 +334,7 @@ def captured_then_rogue_zero(rogue_stream: int) -> tuple[GraphModule, GraphModul
 
 def test_an_unsynchronised_extra_write_is_an_extra_node_a_race_and_not_joined() -> None:
     gm, original = captured_then_rogue_zero(rogue_stream=1)
-    capture_stream = msched.proof.dialects.interpret(gm).stream_of[
-        next(n for n in gm.graph.nodes if n.name == "capture")
-    ]
+    capture_stream = msched.proof.dialects.interpret(gm).stream_of[node_named(gm, "capture")]
     report = msched.verify(gm, original=original)
     found = [(v.kind, v.hazard, v.nodes) for v in report.violations]
     assert found[0] == ("extra-node", None, ("rogue",))
@@ -360,7 +359,7 @@ def test_an_extra_node_read_by_an_original_node_is_ordered_like_it() -> None:
     gm = two_streams()
     original = unscheduled(gm)
     graph = gm.graph
-    a, b = (next(n for n in graph.nodes if n.name == name) for name in ("a", "b"))
+    a, b = (node_named(graph, name) for name in ("a", "b"))
     with graph.inserting_after(a.next):  # after a's record_event: b's wait misses it
         extra = graph.create_node("call_function", aten.neg.default, (a,), name="extra")
     b.args = (extra, *b.args[1:])
