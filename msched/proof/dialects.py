@@ -196,14 +196,12 @@ class StreamProgram:
         return tuple(s for s in self.steps if s.kind == "compute")
 
 
-class _ForeignStreamOp(Exception):
-    """Raised inside `interpret` when a graph read as msched's (by default) has another
-    dialect's stream ops: it is read again in the detected dialect."""
-
-
 class _Classifier:
     def __init__(self, dialect: Dialect, detecting: bool = False) -> None:
+        # With ``detecting``, another dialect's stream op is noted in ``foreign`` (the graph is
+        # then read again in the detected dialect) instead of being an error.
         self.detecting = detecting
+        self.foreign: str | None = None
         self.table = dialect._table()
         self.namespace = dialect.own_namespace()
         # id(target) -> (target, kind): hashing an OpOverload runs Python code, id() does not.
@@ -231,7 +229,8 @@ class _Classifier:
         if kind is None and name.split("::")[-1] in KINDS:
             theirs = name.split("::")[0]
             if self.detecting and theirs not in _NOT_DIALECTS:
-                raise _ForeignStreamOp(theirs)
+                self.foreign = theirs
+                return None
             raise InvalidGraphError(
                 f"node {node.name!r} is the stream op {name} but the graph is read in the "
                 f"{self.namespace or 'given'} dialect: stream ops of two dialects are mixed "
@@ -293,10 +292,11 @@ def interpret(gm: GraphModule | Graph, dialect: Dialect | str | None = None) -> 
     """
     graph = graph_of(gm)
     if dialect is None:
-        try:
-            return _interpret(graph, _Classifier(Dialect(), detecting=True))
-        except _ForeignStreamOp:
-            dialect = detect_dialect(graph)
+        classify = _Classifier(Dialect(), detecting=True)
+        program = _interpret(graph, classify)
+        if classify.foreign is None:
+            return program
+        dialect = detect_dialect(graph)
     return _interpret(graph, _Classifier(as_dialect(dialect)))
 
 
