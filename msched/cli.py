@@ -1,18 +1,21 @@
-"""The ``msched`` command: ``demo``, ``schedule`` and ``explain`` on reference decoder stacks.
+"""The ``msched`` command: ``demo``, ``schedule``, ``explain`` and ``diff``.
 
-Every subcommand builds a synthetic decoder stack (`msched.testing.decoders.decoder_stack`),
-schedules it with `msched.schedule` and reads the result with `msched.pictures` (the
-renderers, and `msched.pictures.explain` for ``explain``).  Wrong arguments, any
-`msched.MschedError` and a file that cannot be written print one line (``msched <command>:
-error: ...``) to stderr and exit with status 2; a graph that fails verification exits with
-status 1.  Progress goes to stderr, only when it is a terminal and the graph is big, so piped
-output stays clean.
+``demo``, ``schedule`` and ``explain`` build a synthetic decoder stack
+(`msched.testing.decoders.decoder_stack`), schedule it with `msched.schedule` and read the
+result with `msched.pictures` (the renderers, and `msched.pictures.explain` for ``explain``).
+``diff`` compares two schedules, each a file (canonical text or JSON) or such a stack
+(`msched.pictures.diff`), and exits 0 when they are the same, 1 when they differ.  Wrong
+arguments, any `msched.MschedError` and a file that cannot be read or written print one line
+(``msched <command>: error: ...``) to stderr and exit with status 2; a graph that fails
+verification exits with status 1.  Progress goes to stderr, only when it is a terminal and
+the graph is big, so piped output stays clean.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,6 +29,7 @@ from msched.analysis.cost import CostModel, DefaultCostModel, RooflineCostModel,
 from msched.analysis.nodes import node_named
 from msched.errors import InvalidArgumentError, MschedError, ScheduleVerificationError
 from msched.limits import MAX_STREAMS, check_num_streams, positive_int
+from msched.pictures.diff import ParsedSchedule, parse_schedule, parsed, schedule_diff
 from msched.pictures.dot import render_dot
 from msched.pictures.explain import explain_lines
 from msched.pictures.json_doc import render_json
@@ -156,7 +160,66 @@ def build_parser() -> _Parser:
     )
     _add_stack_args(explain)
     explain.add_argument("node", metavar="NODE", help="node name, for example capture_11")
+    sub.add_parser(
+        "diff",
+        help="what changed between two schedules (files or stacks), in schedule terms",
+        description=DIFF_DESCRIPTION,
+        add_help=False,  # `msched diff` parses its own arguments: _diff_parser
+    )
     return parser
+
+
+DIFF_DESCRIPTION = (
+    "Compare schedule A with schedule B and print what changed in schedule terms: nodes "
+    "added (+), removed (-) or moved to another stream (~), the waits and records around "
+    "them, waits and records added or removed, then the counts and makespan before -> after. "
+    "Each side is a file (a snapshot or `msched schedule --format text` output, or "
+    "`--format json` output) or a decoder stack given by the options of `msched schedule`. "
+    "Exit status: 0 same schedule, 1 different, 2 bad input."
+)
+DIFF_EPILOG = """\
+forms:
+  msched diff A.txt B.txt                        two files (text or JSON)
+  msched diff A.txt --layers 12 --captures 0,1,5,11 --moe --streams 3
+                                                 a file, then a stack
+  msched diff --layers 12 --moe --streams 2 vs --streams 3
+                                                 two stacks: after "vs", the options that
+                                                 differ (the rest is taken from the left)
+  msched diff A.txt vs --captures 0,1,5,11       "vs" also separates a file from a stack
+"""
+
+
+def _diff_parser() -> _Parser:
+    """The parser of one side of ``msched diff`` (files, stack options)."""
+    p = _Parser(
+        prog="msched diff",
+        usage="msched diff A B | A [stack options] | [stack options] vs [stack options]",
+        description=textwrap.fill(DIFF_DESCRIPTION, 79),
+        epilog=DIFF_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("files", nargs="*", metavar="FILE", help="a schedule as text or JSON")
+    p.add_argument("--layers", type=_layer_count, help="decoder layers (default 12)")
+    p.add_argument(
+        "--captures", type=_layer_list, metavar="A,B,C", help="captured layers (default 1,5,11)"
+    )
+    p.add_argument(
+        "--moe",
+        action=argparse.BooleanOptionalAction,
+        help="MoE feed-forward blocks (default: no)",
+    )
+    p.add_argument("--streams", type=_stream_count, metavar="S", help="streams (default 3)")
+    p.add_argument("--cost", choices=("table", "roofline"), help="cost model (default table)")
+    return p
+
+
+_STACK_DEFAULTS = {
+    "layers": 12,
+    "captures": (1, 5, 11),
+    "moe": False,
+    "streams": 3,
+    "cost": "table",
+}
 
 
 def _check_captures(layers: int, captures: tuple[int, ...]) -> None:
@@ -357,7 +420,7 @@ def _compact_lines(v: View, steps: list[Step]) -> list[str]:
             run.append(node)
             continue
         flush()
-        text = step_text(step)
+        text = step_text(step, v.names)
         if step.kind == "compute":
             times = f"{format_number(v.start[node])}-{format_number(v.finish[node])}"
             text = f"{node.name}  ({op_category(node)}, {times})"
@@ -380,7 +443,7 @@ def _capture_lines(rows: list[_DemoRow]) -> list[str]:
             elif wait is None:
                 join = "NOTHING: output does not wait for it"
             else:
-                join = f"wait e{v.program.steps[host_index(v, wait)].event} ({wait.name})"
+                join = f"{step_text(v.program.steps[host_index(v, wait)], v.names)} ({wait.name})"
             where = f"{at:>4}/{out_at:<4}  {out_at - at:>19}"
             lines.append(f"{row.streams:>7}  {cap.name:<10}  {s:>6}  {where}  {join}")
     return lines
@@ -477,17 +540,106 @@ def cmd_explain(args: argparse.Namespace, stdout: TextIO) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------
+# diff
+
+
+@dataclass(frozen=True)
+class _DiffSide:
+    """One side of ``msched diff``: a file, or a stack (``spec``: the stack options)."""
+
+    file: Path | None
+    spec: dict[str, object] | None
+
+
+def _diff_sides(argv: Sequence[str]) -> tuple[_DiffSide, _DiffSide]:
+    """Split ``msched diff``'s arguments into its two sides (see `DIFF_EPILOG`)."""
+    argv = list(argv)
+    if argv.count("vs") > 1:
+        raise UsageError("'vs' separates two schedules: give it once")
+    parser = _diff_parser()
+    if "vs" in argv:
+        k = argv.index("vs")
+        left = _one_side(parser.parse_args(argv[:k]), None, "before 'vs'")
+        return left, _one_side(parser.parse_args(argv[k + 1 :]), left.spec, "after 'vs'")
+    args = parser.parse_args(argv)
+    options = _spec_options(args)
+    if len(args.files) == 2 and not options:
+        return _DiffSide(Path(args.files[0]), None), _DiffSide(Path(args.files[1]), None)
+    if len(args.files) == 1 and options:
+        return _DiffSide(Path(args.files[0]), None), _DiffSide(None, _spec(options, None))
+    if len(args.files) > 2 or (len(args.files) == 2 and options):
+        raise UsageError("give two schedules: two files, a file and stack options, or 'vs'")
+    raise UsageError(
+        "give two schedules: A B (files), A --layers ... (a file and a stack), or "
+        "[stack options] vs [stack options]"
+    )
+
+
+def _spec_options(args: argparse.Namespace) -> dict[str, object]:
+    return {k: getattr(args, k) for k in _STACK_DEFAULTS if getattr(args, k) is not None}
+
+
+def _spec(options: dict[str, object], base: dict[str, object] | None) -> dict[str, object]:
+    spec = {**_STACK_DEFAULTS, **(base or {}), **options}
+    layers, captures = spec["layers"], spec["captures"]
+    assert isinstance(layers, int) and isinstance(captures, tuple)
+    _check_captures(layers, captures)
+    return spec
+
+
+def _one_side(args: argparse.Namespace, base: dict[str, object] | None, where: str) -> _DiffSide:
+    options = _spec_options(args)
+    if len(args.files) > 1 or (args.files and options):
+        raise UsageError(f"{where}: give one file or stack options, not both")
+    if args.files:
+        return _DiffSide(Path(args.files[0]), None)
+    return _DiffSide(None, _spec(options, base))
+
+
+def _read_side(side: _DiffSide) -> ParsedSchedule:
+    if side.file is not None:
+        try:
+            text = side.file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            why = error.strerror if isinstance(error, OSError) else "not UTF-8 text"
+            raise UsageError(f"cannot read {side.file}: {why or error}") from None
+        return parse_schedule(text, str(side.file))
+    spec = side.spec
+    assert spec is not None
+    layers, captures, streams = spec["layers"], spec["captures"], spec["streams"]
+    assert isinstance(layers, int) and isinstance(captures, tuple) and isinstance(streams, int)
+    run = build_and_schedule(layers, captures, bool(spec["moe"]), streams, str(spec["cost"]))
+    return parsed(run.schedule, run.cost_model)
+
+
+def cmd_diff(argv: Sequence[str], stdout: TextIO) -> int:
+    a_side, b_side = _diff_sides(argv)
+    lines = schedule_diff(_read_side(a_side), _read_side(b_side))
+    if lines:
+        stdout.write("\n".join(lines) + "\n")
+    return 1 if lines else 0
+
+
 _COMMANDS = {"demo": cmd_demo, "schedule": cmd_schedule, "explain": cmd_explain}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``msched`` command; returns the exit status (2 for bad arguments and for any
-    `msched.MschedError` but a failed verification, which is 1)."""
+    `msched.MschedError` but a failed verification, which is 1; ``diff``: 1 when the two
+    schedules differ)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    if argv and argv[0] == "diff":
+        return _run("diff", lambda: cmd_diff(argv[1:], sys.stdout))
     args = parser.parse_args(argv)
-    sub_prog = f"msched {args.command}"
+    return _run(args.command, lambda: _COMMANDS[args.command](args, sys.stdout))
+
+
+def _run(command: str, body: Callable[[], int]) -> int:
+    sub_prog = f"msched {command}"
     try:
-        return _COMMANDS[args.command](args, sys.stdout)
+        return body()
     except (UsageError, InvalidArgumentError) as exc:
         sys.stderr.write(f"{sub_prog}: error: {_one_line(exc)}\n")
         return 2

@@ -3,22 +3,33 @@
 Every option has a command-line and an ini form; the command line wins, then the ini, then
 the default.  Stream counts come from, in order of precedence: the ``multistream`` marker,
 ``--msched-streams``, the ini option ``msched_streams``, and `DEFAULT_STREAMS`.  Everything
-here is plain data computed from the config or a marker, so that every pytest-xdist worker
-computes the same parametrization.
+here is computed from the config or a marker, so that every pytest-xdist worker computes the
+same parametrization.
+
+The scheduler under test (``--msched-scheduler`` / ``msched_scheduler``,
+``package.module:function``) and the dialect of its stream ops (``--msched-dialect`` /
+``msched_dialect``) are resolved once, in ``pytest_configure``: the scheduler's module is
+imported first (it may be what registers the dialect's op namespace), then the dialect is
+looked up.  A value that does not resolve is a `pytest.UsageError` naming the option and the
+value.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
+import msched
 from msched.errors import InvalidArgumentError
 from msched.limits import check_num_streams
+from msched.proof.dialects import Dialect, as_dialect
+from msched.testing.checks import Scheduler
 
 DEFAULT_STREAMS: tuple[int, ...] = (2, 3)
 VERIFY_MODES: tuple[str, ...] = ("strict", "off")
@@ -37,12 +48,16 @@ class Settings:
 
     Each is the command-line value, else the ini value, else the default: ``streams``
     (`DEFAULT_STREAMS`); ``verify``, ``"strict"`` (the default) or ``"off"``; ``dump_dir``,
-    where the graphs of failing tests are written (``None``, the default: nowhere).
+    where the graphs of failing tests are written (``None``, the default: nowhere);
+    ``scheduler``, the default of the ``msched_scheduler`` fixture (`msched.schedule`);
+    ``dialect``, the default of the ``msched_dialect`` fixture (``None``: detect).
     """
 
     streams: tuple[int, ...]
     verify: str
     dump_dir: Path | None
+    scheduler: Scheduler = msched.schedule  # type: ignore[assignment]
+    dialect: Dialect | None = None
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -73,6 +88,24 @@ def add_options(parser: pytest.Parser) -> None:
         help="write DOT and Perfetto trace JSON of the graphs scheduled by failing tests to DIR "
         "(default: ini msched_dump; an empty DIR writes nothing)",
     )
+    group.addoption(
+        "--msched-scheduler",
+        dest="msched_scheduler",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="the scheduler schedule_graph tests, scheduler(gm, num_streams) -> GraphModule | "
+        "None, as package.module:function (default: ini msched_scheduler, then msched.schedule)",
+    )
+    group.addoption(
+        "--msched-dialect",
+        dest="msched_dialect",
+        default=None,
+        metavar="NAME",
+        help="the stream ops of the scheduled graphs: a built-in dialect (msched, trtllm), an "
+        "op namespace with set_stream/record_event/wait_event/record_stream, or "
+        "package.module:attribute naming a msched.Dialect (default: ini msched_dialect, then "
+        "detected from each graph's ops)",
+    )
     parser.addini(
         "msched_streams",
         "stream counts of multistream tests, e.g. 2,3 (overridden by --msched-streams)",
@@ -83,6 +116,17 @@ def add_options(parser: pytest.Parser) -> None:
         "msched_dump",
         "directory for the graphs of failing tests, relative to the rootdir (overridden by "
         "--msched-dump)",
+        default="",
+    )
+    parser.addini(
+        "msched_scheduler",
+        "the scheduler under test, package.module:function (overridden by --msched-scheduler)",
+        default="",
+    )
+    parser.addini(
+        "msched_dialect",
+        "the dialect of the scheduled graphs: msched, trtllm, an op namespace or "
+        "package.module:attribute (overridden by --msched-dialect)",
         default="",
     )
 
@@ -141,8 +185,72 @@ def _ini(config: pytest.Config, name: str, parse: Callable[[str], T]) -> T | Non
         raise pytest.UsageError(f"ini option {name}: {error}; got {text!r}") from None
 
 
+def import_path(text: str, what: str = "function") -> Any:
+    """The object ``package.module:attribute`` names (the attribute may be dotted).
+
+    Raises `ValueError` saying what went wrong: not of that form, a module that does not
+    import (with the error it raised), a missing attribute.
+    """
+    module_name, colon, attribute = text.strip().partition(":")
+    parts = attribute.split(".")
+    if not colon or not all(p.isidentifier() for p in module_name.split(".") + parts):
+        raise ValueError(f"expected package.module:{what}")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except Exception as error:
+        raise ValueError(f"cannot import {module_name} ({type(error).__name__}: {error})") from None
+    for k, part in enumerate(parts):
+        if not hasattr(target, part):
+            owner = ".".join([module_name, *parts[:k]])
+            raise ValueError(f"{owner} has no attribute {part!r}")
+        target = getattr(target, part)
+    return target
+
+
+def parse_scheduler(text: str) -> Scheduler:
+    """The callable ``package.module:function`` names; `ValueError` when there is none."""
+    scheduler = import_path(text)
+    if not callable(scheduler):
+        raise ValueError(
+            f"{text.strip()} is a {type(scheduler).__name__}, not a callable "
+            "scheduler(gm, num_streams)"
+        )
+    return scheduler  # type: ignore[no-any-return]
+
+
+def parse_dialect(text: str) -> Dialect:
+    """The `msched.Dialect` ``text`` names: ``package.module:attribute`` (a Dialect), a
+    built-in dialect name or an op namespace with the stream ops; `ValueError` otherwise."""
+    text = text.strip()
+    if ":" in text:
+        dialect = import_path(text, "attribute")
+        if not isinstance(dialect, Dialect):
+            raise ValueError(f"{text} is a {type(dialect).__name__}, not a msched.Dialect")
+        return dialect
+    try:
+        return as_dialect(text)
+    except InvalidArgumentError as error:
+        raise ValueError(str(error)) from None
+
+
+def _resolved(config: pytest.Config, name: str, parse: Callable[[str], T]) -> T | None:
+    """``--<name>`` if given, else the ini option ``name``, parsed; ``None`` when neither is
+    set.  A value ``parse`` rejects is a `pytest.UsageError` naming the option and value."""
+    text = config.getoption(name)
+    if text is None:
+        return _ini(config, name, parse)
+    try:
+        return parse(text)
+    except ValueError as error:
+        option = "--" + name.replace("_", "-")
+        raise pytest.UsageError(f"{option}: {error}; got {text!r}") from None
+
+
 def resolve_settings(config: pytest.Config) -> Settings:
-    """Compute the `Settings`: the command line, else the ini, else the default."""
+    """Compute the `Settings`: the command line, else the ini, else the default.
+
+    The scheduler is resolved (its module imported) before the dialect.
+    """
     streams = config.getoption("msched_streams")
     if streams is None:
         streams = _ini(config, "msched_streams", parse_streams_text)
@@ -150,8 +258,12 @@ def resolve_settings(config: pytest.Config) -> Settings:
     dump = config.getoption("msched_dump")
     if dump is None:  # the ini's directory is relative to the rootdir, as pytest's cache_dir
         dump = _ini(config, "msched_dump", lambda text: str(config.rootpath / text))
+    scheduler = _resolved(config, "msched_scheduler", parse_scheduler)
+    dialect = _resolved(config, "msched_dialect", parse_dialect)
     return Settings(
         streams=streams or DEFAULT_STREAMS,
         verify=verify or "strict",
         dump_dir=Path(dump).resolve() if dump else None,
+        scheduler=scheduler or msched.schedule,
+        dialect=dialect,
     )

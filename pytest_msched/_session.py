@@ -27,6 +27,7 @@ from msched.analysis.cost import CostModel
 from msched.compile.traced import TracedDecoder, trace_decoder
 from msched.pictures.dot import render_dot
 from msched.pictures.trace import render_trace
+from msched.proof.dialects import Dialect
 from msched.testing import checks
 from pytest_msched import _params
 from pytest_msched._options import Settings, resolve_settings
@@ -118,12 +119,27 @@ class MschedSession:
         _params.parametrize(metafunc, self.settings.streams)
 
     def schedule_graph(
-        self, nodeid: str, gm: GraphModule, num_streams: int, cost_model: CostModel | None
-    ) -> checks.ScheduleCheck:
-        """Schedule and (unless ``verify`` is off) verify ``gm`` for the test ``nodeid``;
-        count it in the summary and keep it for a dump."""
+        self,
+        nodeid: str,
+        gm: GraphModule,
+        num_streams: int,
+        cost_model: CostModel | None,
+        scheduler: checks.Scheduler | None = None,
+        dialect: Dialect | str | None = None,
+    ) -> checks.ScheduleCheck | checks.SchedulerFailure:
+        """Schedule ``gm`` with ``scheduler`` (None: `msched.schedule`) and, unless ``verify``
+        is off, verify it (read in ``dialect``; None: detected) for the test ``nodeid``; count
+        it in the summary and keep it for a dump.
+
+        A scheduler that raises or returns something that cannot be read gives the
+        `msched.testing.checks.SchedulerFailure` naming it (nothing is counted then).
+        """
         strict = self.settings.verify == "strict"
-        check = checks.schedule_and_verify(gm, num_streams, cost_model, strict=strict)
+        check = checks.schedule_and_verify(
+            gm, num_streams, cost_model, strict=strict, scheduler=scheduler, dialect=dialect
+        )
+        if isinstance(check, checks.SchedulerFailure):
+            return check
         self.stats.add(GraphRecord.of(check))
         self._schedules.setdefault(nodeid, []).append(check.schedule)
         return check

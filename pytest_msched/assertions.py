@@ -4,6 +4,9 @@ Each helper takes the scheduled ``GraphModule`` and the nodes to check (nodes of
 graph, of its original, or their names: nodes are matched by name, which `msched.schedule`
 keeps).  A failure names the node and the stream it is issued on and shows the lines of the
 scheduled graph around the problem, with their streams (`msched.testing.checks.excerpt`).
+Each takes ``dialect``: the `msched.Dialect` (or a dialect name) of the graph's stream ops;
+``None``, the default, detects it from the graph's ops, so graphs another engine's pass
+scheduled with its own stream ops are read too.
 The checks themselves are the plain functions of `msched.testing.checks`.
 """
 
@@ -17,10 +20,12 @@ import torch
 from torch.fx import GraphModule, Node
 
 from msched.analysis.nodes import node_named
+from msched.proof.dialects import Dialect
 from msched.proof.verifier import verify
 from msched.testing.checks import (
     capture_columns,
     excerpt,
+    resolve_dialect,
     streams_of,
     violation_message,
     written_inputs,
@@ -39,25 +44,28 @@ def _output(gm: GraphModule) -> Node:
     return next(n for n in gm.graph.nodes if n.op == "output")
 
 
-def _where(gm: GraphModule, node: Node) -> str:
-    stream = streams_of(gm).get(node)
+def _where(gm: GraphModule, node: Node, dialect: Dialect) -> str:
+    stream = streams_of(gm, dialect).get(node)
     return f"{node.name} (stream {stream})" if stream is not None else node.name
 
 
-def assert_captures_precede_output(gm: GraphModule, captures: Iterable[Node | str]) -> None:
+def assert_captures_precede_output(
+    gm: GraphModule, captures: Iterable[Node | str], dialect: Dialect | str | None = None
+) -> None:
     """Every capture is emitted before ``output``, so recompiled code runs it.
 
     A capture emitted after ``output`` ends up after ``return`` in the generated code and
     silently never runs (the Eagle3 bug this project exists for).
     """
     __tracebackhide__ = True
+    read = resolve_dialect(gm, dialect)
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     nodes = [_node(gm, c) for c in captures]
     late = [n for n in nodes if order[n] > order[_output(gm)]]
     assert not late, (
-        ", ".join(_where(gm, n) for n in late)
+        ", ".join(_where(gm, n, read) for n in late)
         + " is emitted after output: in the recompiled module it follows `return` and never "
-        "runs\n" + excerpt(gm, [*late, _output(gm)])
+        "runs\n" + excerpt(gm, [*late, _output(gm)], dialect=read)
     )
 
 
@@ -72,24 +80,24 @@ def _return_line(code: list[str]) -> int:
     return next(i for i, line in enumerate(code) if line.strip().startswith("return"))
 
 
-def _check_code_order(gm: GraphModule, nodes: list[Node]) -> None:
+def _check_code_order(gm: GraphModule, nodes: list[Node], dialect: Dialect) -> None:
     __tracebackhide__ = True
     code = gm.code.splitlines()
     ret = _return_line(code)
     lines = {n: _assignment_line(code, n.name) for n in nodes}
     missing = [n for n in nodes if lines[n] is None]
     assert not missing, (
-        ", ".join(_where(gm, n) for n in missing)
+        ", ".join(_where(gm, n, dialect) for n in missing)
         + " does not appear in the generated code\n"
-        + excerpt(gm, missing)
+        + excerpt(gm, missing, dialect=dialect)
     )
     late = [n for n in nodes if (lines[n] or 0) > ret]
     assert not late, (
-        ", ".join(_where(gm, n) for n in late)
+        ", ".join(_where(gm, n, dialect) for n in late)
         + " comes after `return` in the recompiled code and never runs:\n"
         + "\n".join(f"    {code[i]}" for i in sorted({ret, *(lines[n] or 0 for n in late)}))
         + "\n"
-        + excerpt(gm, [*late, _output(gm)])
+        + excerpt(gm, [*late, _output(gm)], dialect=dialect)
     )
 
 
@@ -126,7 +134,9 @@ def _regions(gm: GraphModule, nodes: list[Node], inputs: Sequence[Any]) -> list[
     ]
 
 
-def _check_writes(gm: GraphModule, nodes: list[Node], inputs: Sequence[Any]) -> None:
+def _check_writes(
+    gm: GraphModule, nodes: list[Node], inputs: Sequence[Any], dialect: Dialect
+) -> None:
     """Run ``gm``: each node must change (one of) the regions it writes."""
     __tracebackhide__ = True
     regions = _regions(gm, nodes, inputs)
@@ -134,29 +144,32 @@ def _check_writes(gm: GraphModule, nodes: list[Node], inputs: Sequence[Any]) -> 
     gm(*inputs)
     changed = {r.capture for r, old in zip(regions, before, strict=True) if not _same(r, old)}
     unwritten = [r for r in regions if r.capture not in changed]
-    assert not unwritten, _unwritten_message(gm, unwritten)
+    assert not unwritten, _unwritten_message(gm, unwritten, dialect)
 
 
 def _same(region: _Region, before: torch.Tensor) -> bool:
     return torch.equal(region.read(), before)
 
 
-def _unwritten_message(gm: GraphModule, unwritten: list[_Region]) -> str:
+def _unwritten_message(gm: GraphModule, unwritten: list[_Region], dialect: Dialect) -> str:
     captures = list(dict.fromkeys(r.capture for r in unwritten))
     return (
         "\n".join(
-            f"{_where(gm, c)} did not write "
+            f"{_where(gm, c, dialect)} did not write "
             + " or ".join(str(r) for r in unwritten if r.capture is c)
             + " when the module ran"
             for c in captures
         )
         + "\n"
-        + excerpt(gm, captures)
+        + excerpt(gm, captures, dialect=dialect)
     )
 
 
 def assert_survives_recompile(
-    gm: GraphModule, captures: Iterable[Node | str], inputs: Sequence[Any] | None = None
+    gm: GraphModule,
+    captures: Iterable[Node | str],
+    inputs: Sequence[Any] | None = None,
+    dialect: Dialect | str | None = None,
 ) -> None:
     """``gm.recompile()``; each capture's line precedes ``return``; running it writes them.
 
@@ -170,31 +183,39 @@ def assert_survives_recompile(
     them must change.
     """
     __tracebackhide__ = True
+    read = resolve_dialect(gm, dialect)
     nodes = [_node(gm, c) for c in captures]
     gm.recompile()
-    _check_code_order(gm, nodes)
+    _check_code_order(gm, nodes, read)
     if inputs is not None:
-        _check_writes(gm, nodes, inputs)
+        _check_writes(gm, nodes, inputs, read)
 
 
-def assert_exit_waits_on(gm: GraphModule, node: Node | str) -> None:
+def assert_exit_waits_on(
+    gm: GraphModule, node: Node | str, dialect: Dialect | str | None = None
+) -> None:
     """``output`` happens after ``node``: stream 0 has joined it before the graph returns.
 
     That is, ``node`` is emitted before ``output`` and, if it runs on an auxiliary stream,
     stream 0 waits on an event recorded after it (directly or through other streams).
     """
     __tracebackhide__ = True
+    read = resolve_dialect(gm, dialect)
     target = _node(gm, node)
     out = _output(gm)
-    assert _exit_joins(gm, target), (
-        f"output on stream {streams_of(gm).get(out, 0)} does not wait for "
-        f"{_where(gm, target)}: record an event after it and wait on it before output\n"
-        + excerpt(gm, [target, out])
+    assert _exit_joins(gm, target, read), (
+        f"output on stream {streams_of(gm, read).get(out, 0)} does not wait for "
+        f"{_where(gm, target, read)}: record an event after it and wait on it before output\n"
+        + excerpt(gm, [target, out], dialect=read)
     )
 
 
-def assert_race_free(gm: GraphModule, original: GraphModule) -> None:
-    """`msched.verify` finds no violation in ``gm`` against the unscheduled ``original``."""
+def assert_race_free(
+    gm: GraphModule, original: GraphModule, dialect: Dialect | str | None = None
+) -> None:
+    """`msched.verify` finds no violation in ``gm`` against the unscheduled ``original``
+    (``gm`` read in ``dialect``; ``None``: detected from its ops)."""
     __tracebackhide__ = True
-    report = verify(gm, original=original)
-    assert report.ok, violation_message(gm, report)
+    read = resolve_dialect(gm, dialect)
+    report = verify(gm, original=original, dialect=read)
+    assert report.ok, violation_message(gm, report, read)

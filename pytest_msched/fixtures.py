@@ -2,10 +2,15 @@
 
 - ``num_streams``: the stream count of the running test (parametrized at collection, see
   `pytest_msched._params`);
+- ``msched_scheduler``: the scheduler under test (``--msched-scheduler``, ini
+  ``msched_scheduler``, else `msched.schedule`); a downstream ``conftest.py`` overrides it;
+- ``msched_dialect``: the `msched.Dialect` of the scheduled graphs (``--msched-dialect``, ini
+  ``msched_dialect``, else ``None``: detected from each graph's ops); overridable too;
 - ``decoder_stack``: the factory `msched.decoder.decoder_stack`;
-- ``schedule_graph``: `msched.testing.checks.schedule_and_verify` with ``num_streams``:
-  `msched.schedule`, then `msched.verify` against the original graph (unless verification is
-  off), counted and kept for dumps by the `MschedSession`;
+- ``schedule_graph``: `msched.testing.checks.schedule_and_verify` with ``num_streams``,
+  ``msched_scheduler`` and ``msched_dialect``: the scheduler, then `msched.verify` against a
+  copy of the graph made before it ran (unless verification is off), counted and kept for
+  dumps by the `MschedSession`;
 - ``graph_snapshot``: syrupy's ``snapshot`` with `ScheduledGraphExtension`.
 """
 
@@ -19,6 +24,8 @@ from torch.fx import GraphModule
 
 import msched
 from msched.analysis.cost import CostModel
+from msched.proof.dialects import as_dialect
+from msched.testing import checks
 from msched.testing.decoders import DecoderStack
 from msched.testing.decoders import decoder_stack as build_decoder_stack
 from pytest_msched._params import requested_count
@@ -32,26 +39,62 @@ def num_streams(request: pytest.FixtureRequest) -> int:
     return requested_count(request)
 
 
+@pytest.fixture(scope="session")
+def msched_scheduler(pytestconfig: pytest.Config) -> checks.Scheduler:
+    """The scheduler ``schedule_graph`` runs: ``scheduler(gm, num_streams) -> GraphModule |
+    None`` (``None``: it rewrote ``gm`` in place).
+
+    The function ``--msched-scheduler`` or the ini option ``msched_scheduler`` names
+    (``package.module:function``), else `msched.schedule`.  Override this fixture in a
+    ``conftest.py`` to test another scheduler; adapt one with other parameters with
+    ``functools.partial``.
+    """
+    return MschedSession.of(pytestconfig).settings.scheduler
+
+
+@pytest.fixture(scope="session")
+def msched_dialect(pytestconfig: pytest.Config) -> msched.Dialect | None:
+    """The `msched.Dialect` of the scheduled graphs' stream ops, or ``None`` to detect it
+    from each graph's ops (`msched.Dialect.detect`).
+
+    ``--msched-dialect`` or the ini option ``msched_dialect``: a built-in dialect name
+    (``msched``, ``trtllm``), an op namespace whose ops have msched's four-op shape, or
+    ``package.module:attribute`` naming a Dialect.  Override this fixture in a ``conftest.py``
+    to return one.
+    """
+    return MschedSession.of(pytestconfig).settings.dialect
+
+
 @pytest.fixture
 def decoder_stack() -> Callable[..., DecoderStack]:
     """A factory of synthetic Eagle3 decoder stacks: `msched.decoder.decoder_stack`.
 
     ``decoder_stack(n_layers=6, capture_layers=(1, 3, 5), moe=False, hidden=8, tokens=4,
-    seed=0)`` returns a `msched.decoder.DecoderStack` with a new ``.gm`` on every call.
+    seed=0, capture_op=None)`` returns a `msched.decoder.DecoderStack` with a new ``.gm`` on
+    every call; ``capture_op`` is an engine's own capture op (schema ``(Tensor(a!) dest,
+    Tensor src, int start, int end) -> ()``; default ``msched::inplace_slice_copy``).
     """
     return build_decoder_stack
 
 
 @pytest.fixture
 def schedule_graph(
-    request: pytest.FixtureRequest, num_streams: int
+    request: pytest.FixtureRequest,
+    num_streams: int,
+    msched_scheduler: checks.Scheduler,
+    msched_dialect: msched.Dialect | str | None,
 ) -> Callable[..., msched.Schedule]:
     """``schedule_graph(gm, cost_model=None) -> Schedule`` on ``num_streams`` streams.
 
-    Rewrites ``gm`` in place (as `msched.schedule` does), verifies the result against
-    ``Schedule.original`` and fails the test with the report and the lines around each
-    violation when verification finds any (``--msched-verify=off`` or ``msched_verify = off``
-    skips verification).
+    Keeps a copy of ``gm`` as the original, runs ``msched_scheduler(gm, num_streams)``,
+    verifies the result (read in ``msched_dialect``) against the original and fails the test
+    with the report and the lines around each violation when verification finds any
+    (``--msched-verify=off`` or ``msched_verify = off`` skips verification).  A scheduler
+    that raises, or returns something other than a module or None, fails the test naming it.
+
+    With `msched.schedule` (the default) ``gm`` is rewritten in place and the result is what
+    `msched.schedule` returns; with another scheduler it is the `msched.Schedule` read back
+    from the graph it made (`msched.read_schedule`, under ``cost_model``).
     The graph is counted in the terminal summary and dumped by ``--msched-dump`` if the
     test fails.
     """
@@ -59,12 +102,33 @@ def schedule_graph(
     nodeid = request.node.nodeid
 
     def schedule_graph(gm: GraphModule, cost_model: CostModel | None = None) -> msched.Schedule:
-        check = session.schedule_graph(nodeid, gm, num_streams, cost_model)
+        dialect = _checked_fixtures(msched_scheduler, msched_dialect)
+        check = session.schedule_graph(
+            nodeid, gm, num_streams, cost_model, msched_scheduler, dialect
+        )
         if check.failure:
             pytest.fail(check.failure, pytrace=False)
+        assert isinstance(check, checks.ScheduleCheck)
         return check.schedule
 
     return schedule_graph
+
+
+def _checked_fixtures(scheduler: object, dialect: object) -> msched.Dialect | None:
+    """The dialect of ``msched_dialect`` (a name is looked up); fail the test naming the
+    fixture when ``msched_scheduler`` is not callable or ``msched_dialect`` names nothing."""
+    __tracebackhide__ = True
+    if not callable(scheduler):
+        pytest.fail(
+            f"the msched_scheduler fixture returned {scheduler!r}, not a callable "
+            "scheduler(gm, num_streams)",
+            pytrace=False,
+        )
+    try:
+        return None if dialect is None else as_dialect(dialect)
+    except msched.InvalidArgumentError as error:
+        problem = str(error)
+    pytest.fail(f"the msched_dialect fixture returned {dialect!r}: {problem}", pytrace=False)
 
 
 @pytest.fixture

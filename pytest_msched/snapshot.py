@@ -4,15 +4,20 @@ The snapshot of a `msched.Schedule` or a scheduled ``GraphModule`` is its canoni
 (`msched.pictures.text.render_text`): a header with streams, events, waits, makespan and
 lower bound,
 then one line per node in emission order with its stream lane, every record and wait shown,
-``output`` last.  The text is identical across runs, hash seeds and xdist workers, so a change
-in a snapshot file is a change of the schedule, and ``git diff`` shows it line by line.
+``output`` last.  Graphs whose stream ops are another dialect's render the same way: a
+Schedule in its ``dialect`` (`msched.read_schedule`), a module in the dialect detected from
+its ops (`msched.Dialect.detect`); that dialect's op names appear where ops are shown.  The
+text is identical across runs, hash seeds and xdist workers, so a change in a snapshot file
+is a change of the schedule, and ``git diff`` shows it line by line.
 
 Files live next to the test module, in ``__snapshots__/<test module>/<test name>.msched.txt``
 (``<test name>`` includes the parametrization, e.g. ``test_decoder[streams3]``).
 
-A mismatch is shown as a unified diff of the whole text (hunks with two lines of context):
-syrupy's default diff stops 100 lines after the first difference, and the header, which
-changes with almost any schedule change, is the first line.
+A mismatch starts with a summary in schedule terms (`msched.pictures.diff.snapshot_summary`,
+what ``msched diff`` prints: nodes added, removed or moved, waits and records added or
+removed, counts and makespan before → after), then a unified diff of the whole text (hunks
+with two lines of context): syrupy's default diff stops 100 lines after the first
+difference, and the header, which changes with almost any schedule change, is the first line.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from syrupy.terminal import context_style, received_style, reset, snapshot_style
 from torch.fx import GraphModule
 
 from msched import Schedule
+from msched.pictures.diff import snapshot_summary
 from msched.pictures.text import render_text
 
 CONTEXT_LINES = 2
@@ -54,7 +60,13 @@ class ScheduledGraphExtension(SingleFileSnapshotExtension):
         )
 
     def diff_lines(self, serialized_data: Any, snapshot_data: Any) -> Iterator[str]:
-        """Hunks of ``- snapshot`` / ``+ received`` lines over the whole text."""
+        """The schedule summary first, then hunks of ``- snapshot`` / ``+ received`` lines."""
+        summary = snapshot_summary(str(snapshot_data), str(serialized_data))
+        if summary:
+            yield reset(context_style("schedule changes (msched diff):"))
+            for line in summary:
+                yield reset(context_style(f"  {line}"))
+            yield reset(context_style("text changes:"))
         old = str(snapshot_data).splitlines()
         new = str(serialized_data).splitlines()
         diff = difflib.unified_diff(old, new, n=CONTEXT_LINES, lineterm="")

@@ -141,8 +141,10 @@ def _dependency_lines(e: _Explained, node: Node) -> list[str]:
 
 
 def _wait_name(e: _Explained, wait: Node) -> str:
-    event = e.v.program.steps[host_index(e.v, wait)].event
-    return f"wait e{event} ({wait.name}, stream {e.stream(wait)})"
+    """``wait @add_tensor_2 (wait_event_3, stream 1)``: the wait as the canonical text names
+    it, its node and its stream."""
+    step = e.v.program.steps[host_index(e.v, wait)]
+    return f"{step_text(step, e.v.names)} ({wait.name}, stream {e.stream(wait)})"
 
 
 def _waits_before(e: _Explained, node: Node) -> list[Node]:
@@ -166,7 +168,7 @@ def _wait_lines(e: _Explained, node: Node) -> list[str]:
             lines.append(f"  {_wait_name(e, wait)}: after output, it never runs")
             continue
         if use.record is None:
-            lines.append(f"  wait e{use.event}: never recorded")
+            lines.append(f"  wait e{use.event} (unrecorded): its event is never recorded before it")
             continue
         covered = [
             f"{d} ({_reasons(rs)})"
@@ -174,7 +176,9 @@ def _wait_lines(e: _Explained, node: Node) -> list[str]:
             if joining_wait(e.v, e.nodes[d], s) is wait
         ]
         r = e.stream(use.record)
-        head = f"  wait e{use.event}: recorded on stream {r} by {use.record.name}"
+        head = (
+            f"  wait {e.v.names.records[use.record]}: recorded on stream {r} by {use.record.name}"
+        )
         if covered:
             lines.append(f"{head}; it orders {', '.join(covered)} before {node.name}")
         elif use.event == 0:
@@ -214,7 +218,9 @@ def _stream_op_lines(e: _Explained, node: Node) -> list[str]:
     steps = e.v.program.steps
     i = host_index(e.v, node)
     step = steps[i]
-    head = [f"{node.name}: {step_text(step)}, a stream op issued on stream {step.stream}"]
+    head = [
+        f"{node.name}: {step_text(step, e.v.names)}, a stream op issued on stream {step.stream}"
+    ]
     if step.kind == "record_event":
         use = next(u for u in e.v.events if u.record is node)
         waits = ", ".join(f"{w.name} (stream {e.stream(w)})" for w in use.waits) or "nothing"

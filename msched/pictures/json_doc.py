@@ -1,5 +1,8 @@
 """The schedule as a JSON document (``msched-schedule/1``): nodes in host order and events.
 
+Events carry both their integer id (the graph's) and their stable name (the canonical text's,
+`msched.pictures.naming`).
+
 Byte-identical for the same graph across runs, processes and hash seeds.
 """
 
@@ -25,8 +28,13 @@ def schedule_data(
     """The schedule as plain data: the document `render_json` writes.
 
     ``nodes`` lists every node in host order with ``name``, ``op``, ``kind`` (``compute`` or
-    the stream-op kind), ``stream``, ``start`` and ``end``; ``events`` lists every record with
-    its ``event`` id, the ``record`` site and its ``waits`` (each ``{node, stream, time}``).
+    the stream-op kind), ``stream``, ``start`` and ``end``, and for a stream op its ``arg``
+    (the event id of a record or wait, the stream of a ``set_stream`` or ``record_stream``);
+    records and waits also carry ``event_name``, the stable name the canonical text prints
+    (``"@add_tensor_2"``; for a wait the name of the record it binds to, null for none).
+    ``events`` lists every record with its ``event`` id, its ``name``, the ``record`` site
+    and its ``waits`` (each ``{node, stream, time}``); the waits of an event that come before
+    any record of it are listed with ``name`` and ``record`` null.
     """
     v = view_of(obj, cost_model)
     return {
@@ -52,6 +60,7 @@ def _node_data(v: View, step: Step) -> dict[str, Any]:
     }
     if step.kind in ("record_event", "wait_event"):
         data["arg"] = step.event
+        data["event_name"] = _event_name(v, step)
     elif step.kind in ("set_stream", "record_stream"):
         data["arg"] = step.to_stream
     return data
@@ -67,9 +76,18 @@ def _site(v: View, node: Node | None) -> dict[str, Any] | None:
     }
 
 
+def _event_name(v: View, step: Step) -> str | None:
+    """The stable name of a record, or of the record a wait binds to (None: it binds to
+    none), as the canonical text prints it (`msched.pictures.naming`)."""
+    if step.kind == "record_event":
+        return v.names.records[step.node]
+    return v.names.waits.get(step.node)
+
+
 def _event_data(v: View, use: EventUse) -> dict[str, Any]:
     return {
         "event": use.event,
+        "name": v.names.records[use.record] if use.record is not None else None,
         "record": _site(v, use.record),
         "waits": [_site(v, w) for w in use.waits],
     }

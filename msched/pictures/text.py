@@ -14,6 +14,7 @@ from torch.fx import GraphModule, Node
 
 from msched.analysis.cost import CostModel
 from msched.pictures.labels import ADDRESS, format_number, target_name
+from msched.pictures.naming import EventNames, event_names_of_graph
 from msched.pictures.view import View, view_of
 from msched.proof.dialects import Step
 from msched.scheduling.pipeline import Schedule
@@ -50,9 +51,10 @@ def _call_args(node: Node, skip: int = 0) -> str:
 
 
 def node_text(node: Node) -> str:
-    """One node as ``name = op(args)``; stream ops as ``record e3`` / ``wait e3``.
+    """One node as ``name = op(args)`` (``x = input``, ``output(y)``).
 
-    Stream ops are recognised by the default dialect; the caller folds ``set_stream``.
+    Every node is shown by what it is in FX, stream ops included; `step_text` shows a stream
+    op as what it does (``record @add_tensor_2``).
     """
     if node.op == "placeholder":
         return f"{node.name} = input"
@@ -67,13 +69,20 @@ def node_text(node: Node) -> str:
     return f"{node.name} = {target_name(node)}({_call_args(node)})"
 
 
-def step_text(step: Step) -> str:
-    """One step of a stream program: ``record e3``, ``wait e3``, ``record_stream(t, s1)`` or
-    the node's `node_text`."""
-    if step.kind == "record_event":
-        return f"record e{step.event}"
-    if step.kind == "wait_event":
-        return f"wait e{step.event}"
+def step_text(step: Step, names: EventNames | None = None) -> str:
+    """One step of a stream program: ``record @add_tensor_2``, ``wait @add_tensor_2``,
+    ``record_stream(t, s1)`` or the node's `node_text`.
+
+    Records and waits print their stable name (`msched.pictures.naming`) from ``names``, the
+    `EventNames` of the step's program (``View.names``).  Without it the names of the step's
+    graph are computed (and cached until the graph changes), reading the stream ops in the
+    dialect the graph's ops have; a stream op they do not cover prints ``eK``.
+    """
+    if step.kind in ("record_event", "wait_event"):
+        if names is None:
+            names = event_names_of_graph(step.node.graph)
+        event = names.text(step) if names is not None else f"e{step.event}"
+        return f"{'record' if step.kind == 'record_event' else 'wait'} {event}"
     if step.kind == "record_stream":
         tensor = step.tensor.name if step.tensor is not None else "?"
         return f"record_stream({tensor}, s{step.to_stream})"
@@ -100,7 +109,7 @@ def lane_lines(v: View, steps: Iterable[Step] | None = None) -> list[str]:
         if step.kind == "set_stream":
             continue
         lane = f"s{step.stream}".ljust(width + 1)
-        lines.append(f"{lane} | {'  ' * step.stream}{step_text(step)}")
+        lines.append(f"{lane} | {'  ' * step.stream}{step_text(step, v.names)}")
     return lines
 
 
@@ -109,10 +118,13 @@ def render_text(obj: Schedule | GraphModule, cost_model: CostModel | None = None
 
     A header (``# streams S, events E, waits W`` and ``# makespan M, lower bound L``), then
     one line per node in emission (host) order: the stream lane ``sN |``, an indentation of two
-    spaces per stream, and the node (``name = op(args)``, ``record eK``, ``wait eK``,
-    ``record_stream(t, sN)``).  ``set_stream`` nodes are folded into the lane column: a change
-    of lane is where one stood.  ``output`` is last (anything after it would be shown after it).
-    The text ends with a newline and is identical across runs, processes and hash seeds.
+    spaces per stream, and the node (``name = op(args)``, ``record @add_tensor_2``,
+    ``wait @add_tensor_2``, ``record_stream(t, sN)``).  Records and waits are named after the
+    point they mark, not by event id (`msched.pictures.naming`: ``@node``, ``@entry.sN``,
+    ``@node#2``), so adding one event leaves every other line unchanged.  ``set_stream`` nodes
+    are folded into the lane column: a change of lane is where one stood.  ``output`` is last
+    (anything after it would be shown after it).  The text ends with a newline and is
+    identical across runs, processes and hash seeds.
     """
     v = view_of(obj, cost_model)
     return "\n".join(header_lines(v) + lane_lines(v)) + "\n"

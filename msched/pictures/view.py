@@ -19,6 +19,7 @@ from torch.fx import Graph, GraphModule, Node
 from msched.analysis.cost import CostModel, DefaultCostModel
 from msched.analysis.dag import build_dag
 from msched.errors import InvalidArgumentError
+from msched.pictures.naming import EventNames, event_names
 from msched.proof.clocks import Clocks, clocks_of
 from msched.proof.dialects import StreamProgram, interpret
 from msched.proof.timeline import simulate
@@ -57,7 +58,8 @@ class View:
     moment its stream reaches it.  ``events`` lists the records in host order (the waits of an
     event that come before any record of it appear with ``record=None``); waits after
     ``output`` never run and bind to no record.  ``position`` is each node's index in host
-    order.
+    order; ``names`` the stable name of every record and wait (`msched.pictures.naming`),
+    what the canonical text prints.
     """
 
     gm: GraphModule
@@ -72,6 +74,7 @@ class View:
     events: tuple[EventUse, ...]
     clocks: Clocks
     position: dict[Node, int]
+    names: EventNames
 
 
 def view_of(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> View:
@@ -113,6 +116,7 @@ def _schedule_view(sched: Schedule, cost_model: CostModel) -> View:
         events=_event_uses(clocks),
         clocks=clocks,
         position={step.node: k for k, step in enumerate(program.steps)},
+        names=event_names(program, clocks),
     )
 
 
@@ -149,6 +153,7 @@ def _module_view(gm: GraphModule, cost_model: CostModel) -> View:
         events=events,
         clocks=clocks,
         position={step.node: k for k, step in enumerate(program.steps)},
+        names=event_names(program, clocks),
     )
 
 

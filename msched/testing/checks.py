@@ -1,7 +1,10 @@
 """Plain checks of scheduled graphs, shared by the pytest plugin and anyone else.
 
-- `schedule_and_verify`: `msched.schedule`, then `msched.verify` against the original;
-  `ScheduleCheck.failure` is the message a test fails with;
+- `schedule_and_verify`: run a scheduler (`msched.schedule`, or any callable
+  ``scheduler(gm, num_streams) -> GraphModule | None``: `run_scheduler`), then `msched.verify`
+  against the original; `ScheduleCheck.failure` is the message a test fails with, and
+  `SchedulerFailure.failure` the one for a scheduler that raised or returned something else;
+- `resolve_dialect`: the `msched.Dialect` a graph is read in (given, or detected from its ops);
 - `violation_message`: a `Report` and the lines of the scheduled graph around its violations;
 - `excerpt`: those lines, in host order with the stream of every node; `streams_of`: the
   stream of every node;
@@ -14,39 +17,145 @@ Nothing here imports pytest: the plugin's fixtures and assertion helpers wrap th
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import copy
+import functools
+import traceback
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from torch.fx import GraphModule, Node
 
+import msched
 from msched.analysis.cost import CostModel
 from msched.analysis.effects import compute_effects
 from msched.errors import MschedError
+from msched.pictures.naming import event_names
 from msched.pictures.text import node_text, step_text
 from msched.proof.clocks import clocks_of
-from msched.proof.dialects import interpret
+from msched.proof.dialects import Dialect, as_dialect, interpret
 from msched.proof.verifier import Report, verify
+from msched.scheduling import pipeline
 from msched.scheduling.pipeline import Schedule, schedule
 
 #: Lines shown before and after each focus node of an `excerpt`.
 RADIUS = 3
 VERIFY_FAILED = "msched.verify found violations in the schedule:"
 
+#: A scheduler under test: rewrites ``gm`` for ``num_streams`` streams and returns the
+#: scheduled module, or None when it rewrote ``gm`` in place (`msched.schedule`, and
+#: partials of it, return a `msched.Schedule`).
+Scheduler = Callable[[GraphModule, int], "GraphModule | Schedule | None"]
+
 
 @dataclass(frozen=True)
 class ScheduleCheck:
-    """A schedule and its verification report (``None`` when it was not verified)."""
+    """A schedule and its verification report (``None`` when it was not verified).
+
+    ``dialect`` is the dialect the scheduled graph was read in (``None``: msched's).
+    """
 
     schedule: Schedule
     report: Report | None
+    dialect: Dialect | None = None
 
     @property
     def failure(self) -> str | None:
         """The message a test fails with: ``None`` unless verification found violations."""
         if self.report is None or self.report.ok:
             return None
-        return f"{VERIFY_FAILED}\n{violation_message(self.schedule.gm, self.report)}"
+        message = violation_message(self.schedule.gm, self.report, self.dialect)
+        return f"{VERIFY_FAILED}\n{message}"
+
+
+@dataclass(frozen=True)
+class SchedulerFailure:
+    """No schedule to check: the scheduler under test raised, returned something that is not
+    a scheduled module, or returned a graph that cannot be read.  ``failure`` is the message a
+    test fails with; it names the scheduler."""
+
+    failure: str
+
+
+def resolve_dialect(gm: GraphModule, dialect: Dialect | str | None = None) -> Dialect:
+    """The dialect ``gm`` is read in: ``dialect`` (anything `msched.proof.dialects.as_dialect`
+    accepts), or with ``None`` the one `msched.Dialect.detect` finds in ``gm``'s ops."""
+    if dialect is not None:
+        return as_dialect(dialect)
+    return Dialect.detect(gm)
+
+
+def is_msched_schedule(scheduler: object) -> bool:
+    """Whether ``scheduler`` is msched's own (`msched.schedule`; ``None`` means it too)."""
+    return scheduler is None or scheduler is pipeline.schedule
+
+
+def scheduler_name(scheduler: object) -> str:
+    """``package.module.function`` of a scheduler, for messages (partials show their
+    arguments)."""
+    if isinstance(scheduler, functools.partial):
+        args = [scheduler_name(scheduler.func), *map(repr, scheduler.args)]
+        args += [f"{k}={v!r}" for k, v in scheduler.keywords.items()]
+        return f"functools.partial({', '.join(args)})"
+    qualname = getattr(scheduler, "__qualname__", None)
+    if not isinstance(qualname, str):
+        return repr(scheduler)
+    module = getattr(scheduler, "__module__", None)
+    return f"{module}.{qualname}" if isinstance(module, str) else qualname
+
+
+def copy_module(gm: GraphModule) -> GraphModule:
+    """A copy of ``gm`` with a graph of its own (same node names) and ``gm``'s parameters,
+    buffers and submodules (shared, not copied: as `msched.Schedule.original`)."""
+    return GraphModule(gm, copy.deepcopy(gm.graph), gm.__class__.__name__)
+
+
+def run_scheduler(
+    scheduler: Scheduler,
+    gm: GraphModule,
+    num_streams: int,
+    cost_model: CostModel | None = None,
+    dialect: Dialect | str | None = None,
+) -> ScheduleCheck | SchedulerFailure:
+    """Run a scheduler that is not msched's on ``gm``: the `msched.Schedule` read back from
+    what it made, unverified (``report`` None), or a `SchedulerFailure` naming the scheduler.
+
+    ``scheduler(gm, num_streams)`` returns the scheduled ``GraphModule`` or ``None`` (it
+    rewrote ``gm`` in place); a callable that returns a `msched.Schedule` (a
+    ``functools.partial`` of `msched.schedule`, say) is taken at its word.  A copy of ``gm``
+    made before the call is the original, and the schedule is
+    ``msched.read_schedule(result, original=..., dialect=..., cost_model=...)`` (``dialect``
+    None: detected from the result's ops).  The failure is for a scheduler that raises (with
+    its traceback), returns anything else, or returns a graph that cannot be read.
+    """
+    name = scheduler_name(scheduler)
+    original = copy_module(gm)
+    try:
+        result = scheduler(gm, num_streams)
+    except Exception as error:
+        tb = error.__traceback__
+        frames = traceback.format_exception(type(error), error, tb.tb_next if tb else None)
+        return SchedulerFailure(
+            f"the scheduler {name} raised {type(error).__name__} scheduling the graph on "
+            f"{num_streams} streams: {error}\n" + "".join(frames).rstrip()
+        )
+    if result is None:
+        result = gm
+    if not isinstance(result, (GraphModule, Schedule)):
+        return SchedulerFailure(
+            f"the scheduler {name} returned {type(result).__name__}; a scheduler returns the "
+            "scheduled torch.fx.GraphModule, or None when it rewrote the one it was given"
+        )
+    try:
+        if isinstance(result, Schedule):
+            return ScheduleCheck(result, None, resolve_dialect(result.gm, dialect))
+        read = resolve_dialect(result, dialect)
+        sched = msched.read_schedule(result, original=original, dialect=read, cost_model=cost_model)
+    except MschedError as error:
+        return SchedulerFailure(
+            f"the graph the scheduler {name} returned cannot be read as a schedule: {error}"
+        )
+    return ScheduleCheck(sched, None, read)
 
 
 def schedule_and_verify(
@@ -55,24 +164,54 @@ def schedule_and_verify(
     cost_model: CostModel | None = None,
     *,
     strict: bool = True,
-) -> ScheduleCheck:
-    """`msched.schedule` ``gm`` (in place); with ``strict``, `msched.verify` it against
-    ``Schedule.original``."""
-    sched = schedule(gm, num_streams, cost_model)
-    report = verify(sched.gm, original=sched.original) if strict else None
-    return ScheduleCheck(sched, report)
+    scheduler: Scheduler | None = None,
+    dialect: Dialect | str | None = None,
+) -> ScheduleCheck | SchedulerFailure:
+    """Schedule ``gm`` on ``num_streams`` streams; with ``strict``, `msched.verify` the result
+    against the original graph.
+
+    ``scheduler`` None (or `msched.schedule`): `msched.schedule` ``gm`` in place and verify
+    against ``Schedule.original``.  Any other scheduler runs through `run_scheduler`, which
+    keeps a copy of ``gm`` as the original and reads the `msched.Schedule` back, or returns
+    the `SchedulerFailure` that names it.  ``dialect`` is the dialect of the scheduled graph
+    (``None``: detected from its ops).  Verification also checks that the graph uses at most
+    ``num_streams`` streams.
+    """
+    if is_msched_schedule(scheduler):
+        sched = schedule(gm, num_streams, cost_model)
+        run = ScheduleCheck(sched, None, resolve_dialect(sched.gm, dialect))
+    else:
+        assert scheduler is not None
+        outcome = run_scheduler(scheduler, gm, num_streams, cost_model, dialect)
+        if isinstance(outcome, SchedulerFailure):
+            return outcome
+        run = outcome
+    if not strict:
+        return run
+    sched = run.schedule
+    try:
+        report = verify(
+            sched.gm, original=sched.original, dialect=run.dialect, num_streams=num_streams
+        )
+    except MschedError as error:
+        return SchedulerFailure(
+            f"the graph the scheduler {scheduler_name(scheduler or schedule)} returned cannot "
+            f"be verified: {error}"
+        )
+    return ScheduleCheck(sched, report, run.dialect)
 
 
-def violation_message(gm: GraphModule, report: Report) -> str:
+def violation_message(gm: GraphModule, report: Report, dialect: Dialect | str | None = None) -> str:
     """``report`` and the lines of ``gm`` around every node its violations involve."""
     involved = [n for v in report.violations for n in v.nodes]
-    return f"{report}\n" + excerpt(gm, involved)
+    return f"{report}\n" + excerpt(gm, involved, dialect=dialect)
 
 
-def exit_joins(gm: GraphModule, node: Node) -> bool:
+def exit_joins(gm: GraphModule, node: Node, dialect: Dialect | str | None = None) -> bool:
     """Whether ``output`` happens after ``node``: the caller's stream has joined it when the
-    graph returns (`msched.proof.clocks`, the happens-before of `msched.verify`)."""
-    return clocks_of(interpret(gm)).exit_happens_after(node)
+    graph returns (`msched.proof.clocks`, the happens-before of `msched.verify`).  ``gm`` is
+    read in ``dialect`` (``None``: detected)."""
+    return clocks_of(interpret(gm, resolve_dialect(gm, dialect))).exit_happens_after(node)
 
 
 def written_inputs(gm: GraphModule, nodes: Iterable[Node]) -> dict[Node, tuple[Node, ...]]:
@@ -100,10 +239,11 @@ def _bound_args(node: Node) -> dict[str, Any]:
 # Excerpts ------------------------------------------------------------------------------------
 
 
-def streams_of(gm: GraphModule) -> dict[Node, int]:
-    """The stream every node of ``gm`` is issued on (empty when the graph cannot be read)."""
+def streams_of(gm: GraphModule, dialect: Dialect | str | None = None) -> dict[Node, int]:
+    """The stream every node of ``gm`` is issued on, read in ``dialect`` (``None``: detected);
+    empty when the graph cannot be read."""
     try:
-        return dict(interpret(gm).stream_of)
+        return dict(interpret(gm, resolve_dialect(gm, dialect)).stream_of)
     except MschedError:
         return {}
 
@@ -120,13 +260,15 @@ class _Line:
         return f"  {'>' if marked else ' '} {lane} | {indent}{self.text}"
 
 
-def _lines(gm: GraphModule) -> list[_Line]:
+def _lines(gm: GraphModule, dialect: Dialect | str | None) -> list[_Line]:
     """One line per step in host order, ``set_stream`` folded into the stream column."""
     try:
-        steps = interpret(gm).steps
+        program = interpret(gm, resolve_dialect(gm, dialect))
+        names = event_names(program)
     except MschedError:
         return [_Line(node, -1, node_text(node)) for node in gm.graph.nodes]
-    return [_Line(s.node, s.stream, step_text(s)) for s in steps if s.kind != "set_stream"]
+    steps = (s for s in program.steps if s.kind != "set_stream")
+    return [_Line(s.node, s.stream, step_text(s, names)) for s in steps]
 
 
 def _windows(marked: list[int], size: int, radius: int) -> list[range]:
@@ -140,7 +282,12 @@ def _windows(marked: list[int], size: int, radius: int) -> list[range]:
     return windows
 
 
-def excerpt(gm: GraphModule, focus: Iterable[Node | str], radius: int = RADIUS) -> str:
+def excerpt(
+    gm: GraphModule,
+    focus: Iterable[Node | str],
+    radius: int = RADIUS,
+    dialect: Dialect | str | None = None,
+) -> str:
     """The lines of ``gm`` within ``radius`` of each ``focus`` node (marked ``>``).
 
     Lines are in host (emission) order, one per node, with the stream the node is issued on
@@ -151,11 +298,11 @@ def excerpt(gm: GraphModule, focus: Iterable[Node | str], radius: int = RADIUS) 
           s0 | output(mul_tensor_86)
 
     Focus nodes are matched by name, so nodes of another copy of the graph work too.  Gaps
-    between windows are shown as ``...``.  Streams read as ``s?`` when the graph's stream
-    ops cannot be read.
+    between windows are shown as ``...``.  The stream ops are read in ``dialect`` (``None``:
+    detected from the graph's ops); streams read as ``s?`` when they cannot be read.
     """
     names = {f if isinstance(f, str) else f.name for f in focus}
-    lines = _lines(gm)
+    lines = _lines(gm, dialect)
     marked = {i for i, line in enumerate(lines) if line.node.name in names}
     windows = _windows(sorted(marked), len(lines), radius)
     out: list[str] = []

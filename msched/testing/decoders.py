@@ -4,7 +4,8 @@
 ops defined here (all real ``torch.library`` custom ops with fake implementations):
 
 - ``msched::inplace_slice_copy(Tensor(a!) dest, Tensor src, int start, int end) -> ()`` —
-  the Eagle3 capture: writes ``src`` into ``dest[..., start:end]`` and returns nothing;
+  the Eagle3 capture: writes ``src`` into ``dest[..., start:end]`` and returns nothing (an
+  engine's own op of the same schema can take its place: ``decoder_stack(capture_op=...)``);
 - ``msched::attention(Tensor q, Tensor k, Tensor v, Tensor(a!) out) -> ()`` — causal
   single-head attention written into a preallocated buffer;
 - ``msched::moe_experts(Tensor x, Tensor router, Tensor w1, Tensor w2) -> Tensor`` — top-1
@@ -32,6 +33,57 @@ from msched.limits import positive_int
 from msched.testing.reference_ops import attention, inplace_slice_copy, moe_experts  # noqa: F401
 
 aten = torch.ops.aten
+
+#: The schema a capture op must have (`capture_overload`); ``int`` may also be ``SymInt``.
+CAPTURE_SCHEMA = "(Tensor(a!) dest, Tensor src, int start, int end) -> ()"
+_CAPTURE_ARGUMENTS = (("dest", "Tensor"), ("src", "Tensor"), ("start", "int"), ("end", "int"))
+
+
+def capture_overload(op: object = None) -> torch._ops.OpOverload:
+    """The capture op ``op`` names, checked: an op with the schema `CAPTURE_SCHEMA` that
+    writes ``src`` into ``dest[..., start:end]`` (msched's ``inplace_slice_copy`` for None).
+
+    ``op`` is an ``OpOverload`` (``torch.ops.ns.name.default``), an ``OpOverloadPacket``
+    (its ``default`` overload) or a ``torch.library.custom_op``.  Anything else, or an op of
+    another schema, raises `msched.InvalidArgumentError` saying what is expected.
+    """
+    if op is None:
+        return torch.ops.msched.inplace_slice_copy.default
+    overload = op
+    if isinstance(overload, torch._ops.OpOverloadPacket):
+        overload = getattr(overload, "default", overload)
+    overload = getattr(overload, "_opoverload", overload)  # a torch.library.custom_op
+    if not isinstance(overload, torch._ops.OpOverload):
+        raise InvalidArgumentError(
+            f"capture_op must be a torch op with the schema {CAPTURE_SCHEMA} "
+            f"(e.g. torch.ops.myengine.inplace_slice_copy.default), got {op!r}"
+        )
+    problem = _capture_schema_problem(overload._schema)
+    if problem is not None:
+        raise InvalidArgumentError(
+            f"capture_op {overload} has the schema {overload._schema}: {problem}; a capture op "
+            f"has the schema {CAPTURE_SCHEMA} and writes src into dest[..., start:end]"
+        )
+    return overload
+
+
+def _capture_schema_problem(schema: torch._C.FunctionSchema) -> str | None:
+    """What is wrong with ``schema`` for a capture op, or None."""
+    got = tuple((a.name, str(a.type)) for a in schema.arguments)
+    if got != _CAPTURE_ARGUMENTS:
+        return "its arguments are not (Tensor dest, Tensor src, int start, int end)"
+    if any(a.kwarg_only for a in schema.arguments):
+        return "its arguments must all be positional"
+    written = [
+        a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write
+    ]
+    if written != ["dest"]:
+        return (
+            f"it must write dest and only dest (Tensor(a!) dest), but writes {written or 'nothing'}"
+        )
+    if schema.returns:
+        return "it must return nothing (-> ())"
+    return None
 
 
 @dataclass
@@ -78,12 +130,15 @@ class DecoderStack:
 class _Builder:
     """Appends the nodes of one decoder stack to an FX graph (one method per block)."""
 
-    def __init__(self, hidden: int, seed: int, capture_kwargs: bool) -> None:
+    def __init__(
+        self, hidden: int, seed: int, capture_kwargs: bool, capture_op: torch._ops.OpOverload
+    ) -> None:
         self.graph = Graph()
         self.root = nn.Module()
         self.hidden = hidden
         self.gen = torch.Generator().manual_seed(seed)
         self.capture_kwargs = capture_kwargs
+        self.capture_op = capture_op
 
     def weight(self, name: str, *shape: int) -> Node:
         scale = 1.0 / math.sqrt(shape[-2] if len(shape) > 1 else 1.0)
@@ -154,7 +209,7 @@ class _Builder:
 
     def capture(self, dest: Node, h: Node, j: int, layer: int) -> Node:
         start, end = j * self.hidden, (j + 1) * self.hidden
-        op = torch.ops.msched.inplace_slice_copy.default
+        op = self.capture_op
         name = f"capture_{layer}"
         if self.capture_kwargs:
             kwargs: dict[str, Any] = {"dest": dest, "src": h, "start": start, "end": end}
@@ -185,16 +240,24 @@ def decoder_stack(
     tokens: int = 4,
     seed: int = 0,
     capture_kwargs: bool = True,
+    capture_op: object = None,
 ) -> DecoderStack:
     """Build a synthetic decoder stack as an FX graph (see the module docstring).
 
     Placeholders are ``x`` (``[tokens, hidden]``) and ``dest`` (``[tokens, hidden *
     len(capture_layers)]``); weights are ``get_attr`` buffers drawn from ``seed``.  With
     ``capture_kwargs=False`` captures pass their arguments positionally.
+
+    ``capture_op`` is the op of the captures (default ``msched::inplace_slice_copy``): any op
+    with the schema `CAPTURE_SCHEMA`, ``(Tensor(a!) dest, Tensor src, int start, int end) ->
+    ()``, that writes ``src`` into ``dest[..., start:end]``, such as an engine's own
+    ``torch.ops.<ns>.inplace_slice_copy.default`` (`capture_overload` says what it accepts;
+    another schema is an `msched.InvalidArgumentError`).  ``.captures`` are its nodes and
+    ``.reference()`` runs it.
     """
     capture_layers = tuple(capture_layers)
     _check_stack_args(n_layers, capture_layers, hidden, tokens)
-    b = _Builder(hidden, seed, capture_kwargs)
+    b = _Builder(hidden, seed, capture_kwargs, capture_overload(capture_op))
     h = b.graph.placeholder("x")
     dest = b.graph.placeholder("dest")
     h, captures, layer_of = b.layers(h, dest, n_layers, capture_layers, moe)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 import io
 import json
+import re
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -42,8 +45,8 @@ def test_demo_names_every_capture_and_verifies_2_and_3_streams(
     for capture in ("capture_1", "capture_5", "capture_11"):
         joined = [line for line in captures if line.split()[1] == capture]
         assert [line.split()[0] for line in joined] == ["2", "3"]
-        assert all("wait e" in line for line in joined)
-    assert "Layer 5 on 3 streams" in out and "s2 |     wait e" in out
+        assert all("wait @" in line for line in joined)
+    assert "Layer 5 on 3 streams" in out and "s2 |     wait @" in out
 
 
 def test_the_layer_excerpt_comes_from_the_layers_the_stack_recorded() -> None:
@@ -121,7 +124,7 @@ def test_explain_last_capture_names_the_exit_dependency(
     assert code == 0
     assert out.startswith("capture_3 = msched.inplace_slice_copy.default(")
     exit_line = next(line for line in out.splitlines() if line.lstrip().startswith("output "))
-    assert "exit" in exit_line.split() and "joined by wait e" in exit_line
+    assert "exit" in exit_line.split() and "joined by wait @capture_3 " in exit_line
     assert "exit dependency" in out
     assert "Why stream" in out and "Waits right before capture_3:" in out
 
@@ -130,7 +133,7 @@ def test_explain_a_node_after_a_cross_stream_wait(capsys: pytest.CaptureFixture[
     code, out, _ = run(["explain", *SMALL, "output"], capsys)
     assert code == 0
     assert "capture_1" in out and "capture_3" in out
-    assert "  wait e" in out.split("Waits right before output:")[1]
+    assert "  wait @capture_3: recorded on stream 1" in out.split("Waits right before output:")[1]
 
 
 @pytest.mark.parametrize(
@@ -158,7 +161,7 @@ def test_bad_arguments_exit_2_with_one_line(
     assert len(err.splitlines()) == 1 and "error: " in err
 
 
-@pytest.mark.parametrize("command", ["demo", "schedule", "explain"])
+@pytest.mark.parametrize("command", ["demo", "schedule", "explain", "diff"])
 def test_help_for_each_subcommand(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run([command, "--help"], capsys)
     assert code == 0
@@ -186,7 +189,7 @@ def test_explain_a_wait_names_the_node_it_is_issued_for(
 ) -> None:
     code, out, _ = run(["explain", *SMALL, "wait_event_3"], capsys)
     assert code == 0
-    assert out.startswith("wait_event_3: wait e")
+    assert out.startswith("wait_event_3: wait @")
     assert "it is issued for " in out and "it orders " in out
 
 
@@ -233,3 +236,96 @@ def test_any_msched_error_exits_2_with_one_line(
     code, out, err = run(["schedule", *SMALL], capsys)
     assert (code, out) == (2, "")
     assert err == "msched schedule: error: InvalidGraphError: the graph has a cycle: cos -> cos\n"
+
+
+# --- diff ------------------------------------------------------------------------------------
+
+STACK12 = ["--layers", "12", "--moe", "--streams", "3"]
+
+
+def _changed_lines(a: Path, b: Path) -> int:
+    """``diff a b | grep -c '^[<>]'``: lines only one of the files has, in a line diff."""
+    if shutil.which("diff"):
+        done = subprocess.run(["diff", str(a), str(b)], capture_output=True, text=True)
+        return sum(1 for line in done.stdout.splitlines() if line.startswith(("<", ">")))
+    lines = difflib.unified_diff(a.read_text().splitlines(), b.read_text().splitlines(), n=0)
+    return sum(1 for line in lines if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+
+
+def test_one_more_capture_changes_a_few_lines_and_diff_names_only_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The experiment of issue 15: one capture more, early in a 12-layer MoE stack."""
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    fmt = ["--format", "text", "-o"]
+    assert run(["schedule", *STACK12, "--captures", "1,5,11", *fmt, str(a)], capsys)[0] == 0
+    assert run(["schedule", *STACK12, "--captures", "0,1,5,11", *fmt, str(b)], capsys)[0] == 0
+    assert _changed_lines(a, b) <= 15  # 307 when events were numbered
+    code, out, err = run(["diff", str(a), str(b)], capsys)
+    assert (code, err) == (1, "")
+    first, counts = out.splitlines()
+    m = re.fullmatch(r"\+ capture_0 on s(\d) \(waits for (\w+) on s(\d); joined by output\)", first)
+    assert m is not None, first
+    stream, waited, recorded_on = m.groups()
+    assert counts.startswith("nodes 481 → 482, events 76 → 77, waits 100 → 101, makespan 810 → 810")
+    # The lines the text gained are the capture, its wait and the record it waits for.
+    new = set(b.read_text().splitlines()) - set(a.read_text().splitlines())
+    lane, indent = f"s{stream} | ", "  " * int(stream)
+    assert f"{lane}{indent}wait @{waited}" in new
+    assert f"s{recorded_on} | {'  ' * int(recorded_on)}record @{waited}" in new
+    assert any(line.startswith(f"{lane}{indent}capture_0 = ") for line in new)
+
+
+def test_diff_of_the_same_schedule_exits_0_silently(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text, doc = tmp_path / "s.txt", tmp_path / "s.json"
+    run(["schedule", *SMALL, "-o", str(text)], capsys)
+    run(["schedule", *SMALL, "--format", "json", "-o", str(doc)], capsys)
+    for argv in (
+        [str(text), str(doc)],
+        [str(text), *SMALL],
+        [*SMALL, "vs", "--streams", "3"],
+        [str(doc), "vs", *SMALL],
+    ):
+        assert run(["diff", *argv], capsys) == (0, "", ""), argv
+
+
+def test_diff_of_two_stacks_takes_the_right_from_the_left(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(["diff", *SMALL, "vs", "--streams", "2"], capsys)
+    assert (code, err) == (1, "")
+    assert out.splitlines()[-1].startswith("streams 3 → 2, events ")
+    assert any(line.startswith("~ ") and " s2 → " in line for line in out.splitlines())
+    code, out, _ = run(["diff", *SMALL, "vs", "--no-moe"], capsys)
+    assert code == 1 and "- moe_experts_default on s1" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["one.txt"],
+        ["a.txt", "b.txt", "c.txt"],
+        ["a.txt", "b.txt", "--streams", "2"],
+        ["vs", "vs"],
+        ["a.txt", "vs", "b.txt", "vs", "c.txt"],
+        ["missing.txt", "missing.txt"],
+        ["bad.txt", "bad.txt"],
+        ["--layers", "2", "--captures", "5", "vs", "--streams", "2"],
+        ["--streams", "0", "vs", "--streams", "2"],
+        ["--frobnicate", "vs"],
+    ],
+)
+def test_diff_of_bad_input_exits_2_with_one_line(
+    argv: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.txt").write_text("# streams 1\nnot a schedule\n")
+    code, out, err = run(["diff", *argv], capsys)
+    assert (code, out) == (2, "")
+    assert len(err.splitlines()) == 1 and err.startswith("msched diff: error: "), err

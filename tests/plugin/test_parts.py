@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from syrupy.terminal import disable_color
@@ -155,3 +157,20 @@ def test_helpers_do_not_guess_writes_a_schema_does_not_declare() -> None:
     gm = _undeclared_capture_graph(torch.ops.msched_plugin_tests.unregistered_capture.default)
     with pytest.raises(AssertionError, match="^capture writes no graph input"):
         assert_survives_recompile(gm, ["capture"], inputs=(torch.ones(3, 2), torch.zeros(3, 4)))
+
+
+def test_a_snapshot_mismatch_starts_with_the_schedule_summary() -> None:
+    from pytest_msched import ScheduledGraphExtension
+
+    old = render_text(msched.schedule(decoder_stack(6, (1, 5)).gm, 3))
+    new = render_text(msched.schedule(decoder_stack(6, (0, 1, 5)).gm, 3))
+    plain = [
+        re.sub(r"\x1b\[[0-9;]*m", "", line)
+        for line in ScheduledGraphExtension().diff_lines(new, old)
+    ]
+    assert plain[0] == "schedule changes (msched diff):"
+    assert plain[1].startswith("  + capture_0 on s")
+    assert "events" in plain[plain.index("text changes:") - 1]
+    assert any(line.startswith("+ ") and "capture_0" in line for line in plain)
+    # The same text: no summary, nothing to show.
+    assert list(ScheduledGraphExtension().diff_lines(old, old)) == []

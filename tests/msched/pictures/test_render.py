@@ -53,8 +53,8 @@ def test_text_header_lines_then_one_line_per_node_with_output_last(sched: msched
 def test_text_shows_every_record_wait_and_record_stream(sched: msched.Schedule) -> None:
     text = pictures.render_text(sched)
     kinds = Counter(s.kind for s in interpret(sched.gm).steps)
-    assert text.count(" record e") == kinds["record_event"]
-    assert text.count(" wait e") == kinds["wait_event"]
+    assert text.count(" record @") == kinds["record_event"]
+    assert text.count(" wait @") == kinds["wait_event"]
     assert text.count("record_stream(") == kinds["record_stream"]
     assert "set_stream" not in text  # folded into the lane column
     assert "s1 |   capture_0 = msched.inplace_slice_copy.default(dest=dest" in text
@@ -72,7 +72,7 @@ def test_text_of_one_stream_has_no_stream_ops() -> None:
     assert text.startswith("# streams 1, events 0, waits 0\n")
     body = text.splitlines()[2:]
     assert all(line.startswith("s0 | ") for line in body)
-    assert not any(" record e" in line or " wait e" in line for line in body)
+    assert not any(" record " in line or " wait " in line for line in body)
 
 
 def test_format_number_has_no_float_noise() -> None:
@@ -277,5 +277,13 @@ def test_a_wait_after_output_binds_to_nothing_because_it_never_runs() -> None:
     v = view_of(sched.gm)
     assert wait not in v.clocks.binding and event_of(v, wait) is None
     assert all(wait not in use.waits for use in v.events)
-    assert pictures.render_text(sched.gm).splitlines()[-1].endswith("wait e" + str(wait.args[0]))
+    # Named after the record it would bind to if it ran: the latest earlier one of its event.
+    recorded = [n for n in graph.nodes if n.target is msched.ops.record_event]
+    latest = [n for n in recorded if n.args[0] == wait.args[0]][-1]
+    line = pictures.render_text(sched.gm).splitlines()[-1]
+    assert (
+        line
+        == f"s{v.program.stream_of[wait]} | {'  ' * v.program.stream_of[wait]}wait "
+        + (v.names.records[latest])
+    )
     json.loads(pictures.render_json(sched.gm))

@@ -1,0 +1,146 @@
+"""Stable names of events: what the canonical text prints for every record and wait.
+
+An integer event id is a counter of the emitter: adding one record early in a graph shifts the
+id of every later one, and a snapshot of the schedule would change on every sync line after
+it.  The text names a record after the point of its stream it marks instead, and a wait after
+the record it binds to (`msched.proof.clocks.Clocks.binding`), so adding or removing one event
+leaves every other line as it was:
+
+- ``@add_tensor_2``: the record right after compute node ``add_tensor_2`` on that node's
+  stream (the last compute node issued on the recording stream before the record; graph
+  inputs and weights do not count, they are ready before the graph starts);
+- ``@entry.s0``: a record on stream ``0`` before any compute node of that stream (``s1``,
+  ``s2``, ... for the others: a record on a stream that has run nothing yet);
+- ``@add_tensor_2#2``, ``@entry.s1#3``: the second, third, ... record at the same point (no
+  compute node of that stream between them; they may differ in the waits between them);
+- a wait prints the name of the record it binds to: ``wait @add_tensor_2``.  A wait that
+  binds to no record (its event was not recorded before it: it waits for nothing) prints
+  ``eK (unrecorded)`` with its event id, the only name it has.  A wait after ``output`` never
+  runs; it is named after the record it would bind to if it ran (the latest earlier record of
+  its event).
+
+FX node names are Python identifiers (``torch.fx`` sanitises them), so no node name contains
+``.`` or ``#`` and the spellings above never collide: ``@entry`` alone is the record after a
+node named ``entry``.  Names depend only on node names and host order, never on event ids or
+hashing, so they are byte-identical across processes, ``PYTHONHASHSEED`` values and xdist
+workers, and they are the same for every dialect (they come from the `StreamProgram`, not
+from msched's emitter).  The graph keeps its integer ids; JSON prints both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch.fx import Graph, Node
+
+from msched.analysis.nodes import INPUT_OPS
+from msched.errors import MschedError
+from msched.proof.clocks import Clocks, clocks_of
+from msched.proof.dialects import Step, StreamProgram, interpret
+
+__all__ = ["ENTRY", "EventNames", "event_names", "event_names_of_graph", "record_name"]
+
+#: The anchor of a record before any compute node of its stream: ``@entry.sN``.
+ENTRY = "entry"
+
+
+def record_name(anchor: str | None, stream: int, ordinal: int = 1) -> str:
+    """The name of the ``ordinal``-th record after compute node ``anchor`` (None: before any
+    compute node of ``stream``): ``@add_tensor_2``, ``@entry.s1``, ``@add_tensor_2#2``."""
+    base = f"@{anchor}" if anchor is not None else f"@{ENTRY}.s{stream}"
+    return base if ordinal == 1 else f"{base}#{ordinal}"
+
+
+def unrecorded_name(event: int | None) -> str:
+    """What a wait that binds to no record prints: ``e7 (unrecorded)``."""
+    return f"e{event} (unrecorded)"
+
+
+@dataclass(frozen=True)
+class EventNames:
+    """The name of every record and wait of a program (see the module docstring).
+
+    ``records[r]`` is the name of record node ``r``; ``waits[w]`` the name of the record that
+    wait node ``w`` binds to, None when it binds to none.  `text` is what a line prints after
+    ``record `` / ``wait ``.
+    """
+
+    records: dict[Node, str]
+    waits: dict[Node, str | None]
+
+    def text(self, step: Step) -> str:
+        """``@add_tensor_2`` for a record or a wait (``eK (unrecorded)``: a wait bound to
+        nothing; ``eK`` for a stream op these names do not cover)."""
+        if step.kind == "record_event":
+            name = self.records.get(step.node)
+        elif step.kind == "wait_event":
+            name = self.waits.get(step.node)
+            if name is None and step.node in self.waits:
+                return unrecorded_name(step.event)
+        else:
+            name = None
+        return name if name is not None else f"e{step.event}"
+
+
+def event_names(program: StreamProgram, clocks: Clocks | None = None) -> EventNames:
+    """Name every record and wait of ``program`` (``clocks``: its `clocks_of`, computed when
+    not given).  One pass over the steps."""
+    clocks = clocks if clocks is not None else clocks_of(program)
+    binding = clocks.binding
+    last: dict[int, str] = {}  # stream -> the name of its last compute node
+    seen: dict[str, int] = {}  # base name -> records at that point so far
+    latest: dict[int | None, Node] = {}  # event -> its latest record (for waits after output)
+    records: dict[Node, str] = {}
+    waits: dict[Node, str | None] = {}
+    for step in program.steps:
+        node, kind, s = step.node, step.kind, step.stream
+        if kind == "compute":
+            if node.op not in INPUT_OPS:
+                last[s] = node.name
+        elif kind == "record_event":
+            base = record_name(last.get(s), s)
+            ordinal = seen[base] = seen.get(base, 0) + 1
+            records[node] = record_name(last.get(s), s, ordinal)
+            latest[step.event] = node
+        elif kind == "wait_event":
+            record = binding[node] if node in binding else latest.get(step.event)
+            waits[node] = records[record] if record is not None else None
+    return EventNames(records, waits)
+
+
+# Names for a step seen without its program (`msched.pictures.text.step_text` called with one
+# step): computed for the step's graph once, kept on the graph (so they go when it goes; a
+# cache keyed by the graph would keep it alive through its nodes) and recomputed when the
+# graph changed.
+_CACHE_ATTRIBUTE = "_msched_event_names"
+
+
+def _fingerprint(graph: Graph) -> tuple[object, ...]:
+    """What the names of a graph depend on: its nodes in order, their names and arguments."""
+    return tuple((n, n.name, n.args, n.kwargs) for n in graph.nodes)
+
+
+def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    try:
+        return a == b
+    except Exception:  # an argument whose == is not a bool (a tensor): call it changed
+        return False
+
+
+def event_names_of_graph(graph: Graph) -> EventNames | None:
+    """`event_names` of ``graph`` read in the dialect its stream ops have
+    (`msched.proof.dialects.interpret` detecting it); None when it cannot be read.
+
+    Cached on the graph and recomputed when its nodes, their order, names or arguments
+    changed; `event_names` of a program you already have is cheaper.
+    """
+    key = _fingerprint(graph)
+    cached = getattr(graph, _CACHE_ATTRIBUTE, None)
+    if cached is not None and _same(cached[0], key):
+        return cached[1]
+    try:
+        names = event_names(interpret(graph))
+    except MschedError:
+        return None
+    setattr(graph, _CACHE_ATTRIBUTE, (key, names))
+    return names

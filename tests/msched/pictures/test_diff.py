@@ -1,0 +1,201 @@
+"""`msched.pictures.diff`: two schedules compared in schedule terms."""
+
+from __future__ import annotations
+
+import pytest
+from torch.fx import GraphModule
+
+import msched
+from msched import pictures
+from msched.pictures.diff import (
+    parse_schedule,
+    parsed,
+    same_schedule,
+    schedule_diff,
+    snapshot_summary,
+)
+from msched.pictures.text import header_lines
+from msched.pictures.view import view_of
+from msched.proof.dialects import interpret
+from msched.testing.decoders import decoder_stack
+
+from ..scheduled import Scheduled, aten
+
+
+@pytest.fixture(scope="module")
+def sched() -> msched.Schedule:
+    return msched.schedule(decoder_stack(3, (0, 2), moe=True).gm, 3)
+
+
+def _old_text(gm: GraphModule) -> str:
+    """The canonical text as earlier versions printed it: events by id (``record e7``)."""
+    v = view_of(gm)
+    lines = header_lines(v)
+    for step in v.program.steps:
+        if step.kind == "set_stream":
+            continue
+        if step.kind in ("record_event", "wait_event"):
+            what = f"{step.kind.split('_')[0]} e{step.event}"
+        else:
+            what = pictures.text.step_text(step, v.names)
+        lines.append(f"s{step.stream} | {'  ' * step.stream}{what}")
+    return "\n".join(lines) + "\n"
+
+
+def _two(wait_for_a: bool, b_stream: int = 1, extra: bool = False) -> GraphModule:
+    """``a`` on 0, ``b = a @ w`` on ``b_stream``, ``out = b + a`` on 0; ``extra``: a node
+    ``c = a * a`` on stream 2 that output waits for."""
+    s = Scheduled()
+    x, w = s.input("x"), s.input("w")
+    a = s.op("a", aten.mm.default, x, w)
+    s.record(1)
+    s.stream(b_stream)
+    if b_stream:
+        s.wait(1 if wait_for_a else 0)
+    b = s.op("b", aten.mm.default, a, w)
+    if b_stream:
+        s.record(2)
+        s.stream(0)
+        s.wait(2)
+    if extra:
+        s.stream(2)
+        s.wait(1)
+        s.op("c", aten.mul.Tensor, a, a)
+        s.record(3)
+        s.stream(0)
+        s.wait(3)
+    return s.done(s.op("out", aten.add.Tensor, b, a))
+
+
+def _diff(a: GraphModule, b: GraphModule) -> list[str]:
+    return schedule_diff(parsed(a), parsed(b))
+
+
+def test_the_same_schedule_has_no_diff(sched: msched.Schedule) -> None:
+    text = pictures.render_text(sched)
+    assert schedule_diff(parse_schedule(text), parse_schedule(text)) == []
+    assert snapshot_summary(text, text) == []
+
+
+def test_text_json_and_the_old_text_of_event_ids_read_as_the_same_schedule(
+    sched: msched.Schedule,
+) -> None:
+    text = parse_schedule(pictures.render_text(sched))
+    assert same_schedule(text, parse_schedule(pictures.render_json(sched)))
+    assert same_schedule(text, parse_schedule(_old_text(sched.gm)))
+    assert schedule_diff(parse_schedule(_old_text(sched.gm)), text) == []
+
+
+def test_an_added_node_is_one_line_with_its_waits_and_who_joins_it() -> None:
+    lines = _diff(_two(True), _two(True, extra=True))
+    assert lines == [
+        "+ c on s2 (waits for a on s0; joined by output)",
+        "streams 2 → 3, nodes 6 → 7, events 2 → 3, waits 2 → 4, makespan 21 → 21",
+    ]
+    assert _diff(_two(True, extra=True), _two(True))[0] == (
+        "- c on s2 (waits for a on s0; joined by output)"
+    )
+
+
+def test_a_node_moved_to_another_stream() -> None:
+    lines = _diff(_two(True, b_stream=0), _two(True, b_stream=1))
+    assert lines[0] == "~ b s0 → s1 (waits for a on s0; joined by out on s0)"
+    assert lines[1:] == ["streams 1 → 2, events 1 → 2, waits 0 → 2, makespan 21 → 21"]
+
+
+def test_a_wait_that_changed_names_which_stream_waits_for_which_node() -> None:
+    lines = _diff(_two(True), _two(False))
+    assert lines[:2] == [
+        "+ wait on s1 for an unrecorded event, before b",
+        "- wait on s1 for a on s0, before b",
+    ]
+
+
+def test_a_race_is_said_in_the_line_of_the_node() -> None:
+    s = Scheduled()
+    x = s.input("x")
+    a = s.op("a", aten.neg.default, x)
+    s.stream(1)
+    b = s.op("b", aten.neg.default, x)  # no record: output never waits for it
+    s.stream(0)
+    racy = s.done(s.op("out", aten.add.Tensor, a, b))
+    s = Scheduled()
+    x = s.input("x")
+    a = s.op("a", aten.neg.default, x)
+    out = s.done(s.op("out", aten.add.Tensor, a, x))
+    assert _diff(out, racy)[0] == "+ b on s1 (NOT joined by out on s0, output)"
+
+
+def test_a_wait_that_moved_is_one_line() -> None:
+    def graph(early: bool) -> GraphModule:
+        s = Scheduled()
+        x = s.input("x")
+        a = s.op("a", aten.neg.default, x)
+        s.record(0)
+        s.stream(1)
+        if early:
+            s.wait(0)
+        b = s.op("b", aten.neg.default, x)
+        if not early:
+            s.wait(0)
+        c = s.op("c", aten.add.Tensor, a, b)
+        s.record(1)
+        s.stream(0)
+        s.wait(1)
+        return s.done(s.op("out", aten.neg.default, c))
+
+    assert _diff(graph(True), graph(False))[0] == (
+        "~ wait on s1 for a on s0: now before c (was before b)"
+    )
+
+
+def test_nodes_reordered_on_their_stream() -> None:
+    def graph(first: str) -> GraphModule:
+        s = Scheduled()
+        x = s.input("x")
+        nodes = {}
+        for name in (first, "q" if first == "p" else "p"):
+            nodes[name] = s.op(name, aten.neg.default, x)
+        return s.done(s.op("out", aten.add.Tensor, nodes["p"], nodes["q"]))
+
+    assert (
+        _diff(graph("p"), graph("q"))[0] == "~ q reordered on s0: now after (first) (was after p)"
+    )
+
+
+def test_a_snapshot_summary_is_short_and_never_raises(sched: msched.Schedule) -> None:
+    one = pictures.render_text(msched.schedule(decoder_stack(3, (0, 2), moe=True).gm, 1))
+    three = pictures.render_text(sched)
+    summary = snapshot_summary(one, three, limit=3)
+    assert len(summary) == 5
+    assert summary[3].startswith("... and ") and summary[3].endswith("(msched diff shows all)")
+    assert summary[4].startswith("streams 1 → 3, events 0 → ")
+    assert snapshot_summary("not a schedule", three) == []
+    assert snapshot_summary(three, three.replace("wait @", "wait @nothing_")) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "no '# streams"),
+        ("# streams 1, events 0, waits 0\n# makespan 1, lower bound 1\ns0 | frob\n", "line 3"),
+        ("# streams 1, events 0, waits 0\n# makespan 1, lower bound 1\ns0 | x = input\n", "output"),
+        (
+            "# streams 1, events 0, waits 0\n# makespan 1, lower bound 1\ns0 | wait @a\n",
+            "before any 'record @a'",
+        ),
+        ('{"format": "other"}', "msched-schedule/1"),
+        ("{", "invalid JSON"),
+    ],
+)
+def test_what_is_not_a_schedule_is_an_error_naming_the_line(text: str, message: str) -> None:
+    with pytest.raises(msched.InvalidArgumentError, match=message):
+        parse_schedule(text, "t.txt")
+
+
+def test_the_parsed_program_is_the_program_of_the_text(sched: msched.Schedule) -> None:
+    p = parse_schedule(pictures.render_text(sched))
+    program = interpret(sched.gm)
+    kinds = [s.kind for s in program.steps if s.kind != "set_stream"]
+    assert [s.kind for s in p.steps] == kinds
+    assert p.clocks.exit_happens_after(p.program.steps[-2].node) or kinds[-2] != "compute"
