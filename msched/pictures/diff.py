@@ -670,19 +670,36 @@ class _Diff:
         if a.lower_bound != b.lower_bound:
             parts.append(change("lower bound", a.lower_bound, b.lower_bound))
         line = ", ".join(parts)
-        other = self.other_arguments()
+        other, unread = self.other_arguments()
         if other:
-            line += f"; {other} node{'s' if other != 1 else ''} with other arguments"
+            shown = ", ".join(other[:_NAMED]) + (", ..." if len(other) > _NAMED else "")
+            many = "s" if len(other) != 1 else ""
+            line += f"; {len(other)} node{many} with other arguments ({shown})"
+        if unread:
+            line += "; arguments not compared (a JSON schedule does not record them)"
         return line
 
-    def other_arguments(self) -> int:
-        """How many nodes both schedules have call their op with other arguments."""
-        count = 0
-        for name in self.a.compute.keys() & self.b.compute.keys():
+    def other_arguments(self) -> tuple[list[str], bool]:
+        """The nodes both schedules have that call their op with other arguments, in the
+        second schedule's host order, and whether some node's arguments are unknown (JSON)."""
+        changed: list[str] = []
+        unread = False
+        common = self.a.compute.keys() & self.b.compute.keys()
+        for step in self.b.p.steps:
+            name = self.b.name(step.node)
+            if step.kind != "compute" or name not in common:
+                continue
             ta = self.a.p.text[self.a.compute[name].node]
             tb = self.b.p.text[self.b.compute[name].node]
-            count += ta is not None and tb is not None and ta != tb
-        return count
+            if ta is None or tb is None:
+                unread = unread or (ta is None) != (tb is None) or step.node.op not in INPUT_OPS
+            elif ta != tb:
+                changed.append(name)
+        return changed, unread
+
+
+# How many nodes with other arguments the counts line names.
+_NAMED = 6
 
 
 def _common_on(side: _Side, s: int) -> list[str]:
@@ -735,7 +752,7 @@ def schedule_diff(a: ParsedSchedule, b: ParsedSchedule) -> list[str]:
         return []
     d = _Diff(a, b)
     lines = d.lines()
-    if not lines and not d.other_arguments():
+    if not lines and not d.other_arguments()[0]:
         lines.append("host order differs: each stream runs the same nodes and sync in order")
     return [*lines, d.counts_line()]
 

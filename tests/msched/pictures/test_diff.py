@@ -199,3 +199,13 @@ def test_the_parsed_program_is_the_program_of_the_text(sched: msched.Schedule) -
     kinds = [s.kind for s in program.steps if s.kind != "set_stream"]
     assert [s.kind for s in p.steps] == kinds
     assert p.clocks.exit_happens_after(p.program.steps[-2].node) or kinds[-2] != "compute"
+
+
+def test_the_counts_line_names_nodes_with_other_arguments_and_json_says_it_cannot() -> None:
+    a = msched.schedule(decoder_stack(6, (1, 5)).gm, 3)
+    b = msched.schedule(decoder_stack(6, (0, 1, 5)).gm, 3)
+    texts = schedule_diff(parse_schedule(pictures.render_text(a)), parsed(b))
+    assert texts[-1].endswith("; 2 nodes with other arguments (capture_1, capture_5)")
+    from_json = schedule_diff(parse_schedule(pictures.render_json(a)), parsed(b))
+    assert from_json[-1].endswith("; arguments not compared (a JSON schedule does not record them)")
+    assert "other arguments" not in from_json[-1]
