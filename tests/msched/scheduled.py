@@ -118,3 +118,18 @@ def two_streams(
 def two_streams_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(0)
     return torch.randn(4, 4, generator=gen), torch.randn(4, 4, generator=gen), torch.zeros(4, 4)
+
+
+def define_stream_ops(namespace: str) -> torch.library.Library:
+    """Register msched's four stream ops under ``namespace`` (another engine's dialect), as
+    no-ops; keep the returned library alive as long as the ops are used."""
+    lib = torch.library.Library(namespace, "DEF")
+    for schema in (
+        "set_stream(int stream) -> ()",
+        "record_event(int event) -> ()",
+        "wait_event(int event) -> ()",
+        "record_stream(Tensor t, int stream) -> ()",
+    ):
+        lib.define(schema)
+        lib.impl(schema.split("(")[0], lambda *args: None, "CompositeExplicitAutograd")
+    return lib

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.fx import GraphModule
@@ -22,18 +21,10 @@ from msched.pictures.view import view_of
 from msched.proof.dialects import Dialect, interpret
 from msched.testing.decoders import decoder_stack
 
-from ..scheduled import Scheduled, aten
+from ..scheduled import Scheduled, aten, define_stream_ops
 
 NAMESPACE = "msched_test_names"
-_lib = torch.library.Library(NAMESPACE, "DEF")
-for _schema in (
-    "set_stream(int stream) -> ()",
-    "record_event(int event) -> ()",
-    "wait_event(int event) -> ()",
-    "record_stream(Tensor t, int stream) -> ()",
-):
-    _lib.define(_schema)
-    _lib.impl(_schema.split("(")[0], lambda *args: None, "CompositeExplicitAutograd")
+_lib = define_stream_ops(NAMESPACE)
 
 
 def _body(gm: GraphModule) -> list[str]:

@@ -10,18 +10,10 @@ import msched
 from msched.proof.dialects import Dialect, interpret
 from msched.testing.decoders import decoder_stack
 
-from ..scheduled import Scheduled, aten, unjoined_aux_start
+from ..scheduled import Scheduled, aten, define_stream_ops, unjoined_aux_start
 
 NAMESPACE = "msched_test_trtllm"
-_lib = torch.library.Library(NAMESPACE, "DEF")
-for _schema in (
-    "set_stream(int stream) -> ()",
-    "record_event(int event) -> ()",
-    "wait_event(int event) -> ()",
-    "record_stream(Tensor t, int stream) -> ()",
-):
-    _lib.define(_schema)
-    _lib.impl(_schema.split("(")[0], lambda *args: None, "CompositeExplicitAutograd")
+_lib = define_stream_ops(NAMESPACE)
 
 
 def trtllm_schedule(wait_for_a: bool) -> GraphModule:
