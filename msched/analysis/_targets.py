@@ -71,6 +71,8 @@ class _OpInfo:
     world: bool = False
     # unknown code that can reach any state of the model (hooks): touches every attribute
     any_state: bool = False
+    # ``a.set_(b)``: from here on an access to the first argument is one to the second too
+    swaps_storage: bool = False
     side_effect: bool = False
     # ``inplace`` parameter (position, name): a truthy value makes it write its first input
     inplace_param: tuple[int, str] | None = None
@@ -88,6 +90,7 @@ class _OpInfo:
             or self.maybe_alias
             or self.unknown
             or self.any_state
+            or self.swaps_storage
             or self.inplace_param is not None
         )
         plain = not (special or self.side_effect or self.world)
@@ -370,6 +373,7 @@ def overload_info(op: Any) -> _OpInfo:
         view_of_first=is_view,
         side_effect=side,
         world=_is_random(op) or registered_side,
+        swaps_storage=schema.name in _STORAGE_SWAPS,
     )
 
 
@@ -453,6 +457,8 @@ def packet_info(packet: Any) -> _OpInfo:
     info = schemas_info((o._schema for o in overloads), any(map(_is_random, overloads)))
     if packet in _REGISTERED_SIDE_EFFECTS:
         info = replace(info, side_effect=True, world=True)
+    if packet._qualified_op_name in _STORAGE_SWAPS:
+        info = replace(info, swaps_storage=True)
     return info
 
 

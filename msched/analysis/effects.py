@@ -40,7 +40,6 @@ from msched.analysis._targets import (  # noqa: F401  (registries and the view t
     _REGISTERED_MUTATIONS,
     _REGISTERED_PURE,
     _REGISTERED_SIDE_EFFECTS,
-    _STORAGE_SWAPS,
     _VIEW_NAMES,
     UNKNOWN,
     _OpInfo,
@@ -149,11 +148,6 @@ class Effects:
     world: frozenset[Node] = field(default_factory=frozenset)
     aliases: dict[Node, tuple[Node, ...]] = field(default_factory=dict)
 
-    def storages(self, node: Node) -> tuple[Node, ...]:
-        """Every storage ``node``'s value may live in: its root, and what that may alias."""
-        root = self.root[node]
-        return self.aliases.get(root, (root,))
-
 
 class _Walk:
     """The state of one pass over a graph in program order."""
@@ -198,12 +192,13 @@ class _Walk:
                 self.reads[node] += self.expand(self.inputs.module_state(node))
             written = self._written(node, info) if info.writes else ()
             self.writes[node] = written
-            first = _first_argument(node)
-            if info.maybe_alias and isinstance(first, Node):
-                self._alias(node, (self.root[first],))
+            if info.maybe_alias:
+                first = _first_argument(node)
+                if isinstance(first, Node):
+                    self._alias(node, (self.root[first],))
             if written and info.multi_output:  # out= tensors come back through getitem
                 self._alias(node, written)
-            if _is_storage_swap(node):
+            if info.swaps_storage:
                 self._swap(node)
         if self.writes[node] or info.side_effect or _is_impure(node):
             self.side.append(node)
@@ -282,13 +277,6 @@ class _Walk:
             return node
         # An element of a tuple of views, or an index/slice of a tensor: same storage as parent.
         return self.root[parent]
-
-
-def _is_storage_swap(node: Node) -> bool:
-    target = node.target
-    if node.op == "call_method":
-        return target == "set_"
-    return isinstance(target, _OpOverload) and target._schema.name in _STORAGE_SWAPS
 
 
 class _InputStorages:
