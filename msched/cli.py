@@ -443,7 +443,7 @@ def _capture_lines(rows: list[_DemoRow]) -> list[str]:
             elif wait is None:
                 join = "NOTHING: output does not wait for it"
             else:
-                join = f"{step_text(v.program.steps[host_index(v, wait)], v.names)} ({wait.name})"
+                join = f"{step_text(wait, v.names)} ({wait.node.name})"
             where = f"{at:>4}/{out_at:<4}  {out_at - at:>19}"
             lines.append(f"{row.streams:>7}  {cap.name:<10}  {s:>6}  {where}  {join}")
     return lines

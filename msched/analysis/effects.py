@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import builtins
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -407,30 +407,36 @@ def _tensor_key(value: Any, name: str) -> Any:
     return ("object", id(value))
 
 
-def compute_effects(graph: Graph) -> Effects:
+def compute_effects(graph: Graph, views: Mapping[Node, Node] | None = None) -> Effects:
     """Compute `Effects` for every node of ``graph`` in one pass in program order.
 
     Attributes are told apart by name first; where some node writes an attribute or calls a
     module (so tied attributes could matter), they are told apart by tensor storage instead.
+    ``views`` maps nodes whose value is exactly another node's (stream ops that pass a
+    tensor through, `msched.proof.actions.passes`) to that node: they read and write
+    nothing and live in its storage.
     """
     if isinstance(graph, Graph):
         by_storage = bool(graph.find_nodes(op="call_module"))
     else:
         by_storage = any(n.op == "call_module" for n in graph.nodes)
-    effects = _compute(graph, by_storage)
+    effects = _compute(graph, by_storage, views or {})
     writes = effects.writes
     if not by_storage and any(s.op == "get_attr" for n in effects.side_effects for s in writes[n]):
-        effects = _compute(graph, True)
+        effects = _compute(graph, True, views or {})
     return effects
 
 
-def _compute(graph: Graph, by_storage: bool) -> Effects:
+def _compute(graph: Graph, by_storage: bool, views: Mapping[Node, Node]) -> Effects:
     walk = _Walk(graph, by_storage)
     root, reads, writes, aliases = walk.root, walk.reads, walk.writes, walk.aliases
     cache, getitem, input_root = _OP_INFO_CACHE, operator.getitem, walk.input_root
     try:
         for node in graph.nodes:
             op = node.op
+            if views and node in views:
+                root[node], reads[node], writes[node] = root[views[node]], (), ()
+                continue
             if op == "call_function" and node.target is not getitem:
                 info = cache.get(node.target) or _op_info(node)  # getattr: per attribute
                 assert info is not None

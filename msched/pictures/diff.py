@@ -200,18 +200,18 @@ def _finish(b: _Builder, head: tuple[int, int, int, str, str], where: str) -> Pa
     program, reads = b.finish(where)
     clocks = clocks_of(program)
     names = event_names(program, clocks)
-    by_record_name = {name: node for node, name in names.records.items()}
+    by_record_name = {name: record.node for record, name in names.records.items()}
     binding: dict[Node, Node | None] = {}
     for step in program.steps:
         if step.kind == "wait_event":
-            name = names.waits.get(step.node)
+            name = names.waits.get(step)
             binding[step.node] = by_record_name.get(name) if name is not None else None
     return ParsedSchedule(
         *head,
         program=program,
         clocks=clocks,
         name_of=b.name_of,
-        record_name=dict(names.records),
+        record_name={record.node: name for record, name in names.records.items()},
         binding=binding,
         text=b.text,
         reads=reads,

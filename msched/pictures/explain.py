@@ -23,6 +23,7 @@ from msched.pictures.view import (
     joining_wait,
     view_of,
 )
+from msched.proof.dialects import Step
 from msched.scheduling import assign
 from msched.scheduling.pipeline import Schedule
 
@@ -140,22 +141,21 @@ def _dependency_lines(e: _Explained, node: Node) -> list[str]:
     return lines or ["  (none)"]
 
 
-def _wait_name(e: _Explained, wait: Node) -> str:
+def _wait_name(e: _Explained, wait: Step) -> str:
     """``wait @add_tensor_2 (wait_event_3, stream 1)``: the wait as the canonical text names
     it, its node and its stream."""
-    step = e.v.program.steps[host_index(e.v, wait)]
-    return f"{step_text(step, e.v.names)} ({wait.name}, stream {e.stream(wait)})"
+    return f"{step_text(wait, e.v.names)} ({wait.node.name}, stream {wait.stream})"
 
 
-def _waits_before(e: _Explained, node: Node) -> list[Node]:
-    """The waits in the run of stream ops right before ``node`` on its stream."""
+def _waits_before(e: _Explained, node: Node) -> list[Step]:
+    """The wait steps in the run of stream ops right before ``node`` on its stream."""
     steps = e.v.program.steps
     i = host_index(e.v, node)
     found = []
     while i > 0 and steps[i - 1].kind != "compute":
         i -= 1
         if steps[i].kind == "wait_event":
-            found.append(steps[i].node)
+            found.append(steps[i])
     return found[::-1]
 
 
@@ -175,9 +175,10 @@ def _wait_lines(e: _Explained, node: Node) -> list[str]:
             for d, rs in e.deps[node.name].items()
             if joining_wait(e.v, e.nodes[d], s) is wait
         ]
-        r = e.stream(use.record)
+        r = use.record.stream
         head = (
-            f"  wait {e.v.names.records[use.record]}: recorded on stream {r} by {use.record.name}"
+            f"  wait {e.v.names.records[use.record]}: recorded on stream {r} by "
+            f"{use.record.node.name}"
         )
         if covered:
             lines.append(f"{head}; it orders {', '.join(covered)} before {node.name}")
@@ -222,8 +223,8 @@ def _stream_op_lines(e: _Explained, node: Node) -> list[str]:
         f"{node.name}: {step_text(step, e.v.names)}, a stream op issued on stream {step.stream}"
     ]
     if step.kind == "record_event":
-        use = next(u for u in e.v.events if u.record is node)
-        waits = ", ".join(f"{w.name} (stream {e.stream(w)})" for w in use.waits) or "nothing"
+        use = next(u for u in e.v.events if u.record is step)
+        waits = ", ".join(f"{w.node.name} (stream {w.stream})" for w in use.waits) or "nothing"
         return [*head, f"  waited on by {waits}"]
     following = (t.node for t in steps[i + 1 :] if t.kind == "compute" and t.stream == step.stream)
     user = next(following, None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from torch.fx import GraphModule, Node
+from torch.fx import GraphModule
 
 from msched.analysis.cost import CostModel
 from msched.pictures.labels import json_number, op_label
@@ -61,18 +61,18 @@ def _node_data(v: View, step: Step) -> dict[str, Any]:
     if step.kind in ("record_event", "wait_event"):
         data["arg"] = step.event
         data["event_name"] = _event_name(v, step)
-    elif step.kind in ("set_stream", "record_stream"):
+    elif step.kind in ("set_stream", "record_stream", "wait_stream"):
         data["arg"] = step.to_stream
     return data
 
 
-def _site(v: View, node: Node | None) -> dict[str, Any] | None:
-    if node is None:
+def _site(v: View, step: Step | None) -> dict[str, Any] | None:
+    if step is None:
         return None
     return {
-        "node": node.name,
-        "stream": v.program.stream_of[node],
-        "time": json_number(v.start[node]),
+        "node": step.node.name,
+        "stream": step.stream,
+        "time": json_number(v.start[step.node]),
     }
 
 
@@ -80,8 +80,8 @@ def _event_name(v: View, step: Step) -> str | None:
     """The stable name of a record, or of the record a wait binds to (None: it binds to
     none), as the canonical text prints it (`msched.pictures.naming`)."""
     if step.kind == "record_event":
-        return v.names.records[step.node]
-    return v.names.waits.get(step.node)
+        return v.names.records[step]
+    return v.names.waits.get(step)
 
 
 def _event_data(v: View, use: EventUse) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torch.fx import Graph, Node
+from torch.fx import Graph
 
 from msched.analysis.nodes import INPUT_OPS
 from msched.errors import MschedError
@@ -60,22 +60,23 @@ def unrecorded_name(event: int | None) -> str:
 class EventNames:
     """The name of every record and wait of a program (see the module docstring).
 
-    ``records[r]`` is the name of record node ``r``; ``waits[w]`` the name of the record that
-    wait node ``w`` binds to, None when it binds to none.  `text` is what a line prints after
+    ``records[r]`` is the name of record step ``r``; ``waits[w]`` the name of the record that
+    wait step ``w`` binds to, None when it binds to none (steps, not nodes: one stream op may
+    wait on several events).  `text` is what a line prints after
     ``record `` / ``wait ``.
     """
 
-    records: dict[Node, str]
-    waits: dict[Node, str | None]
+    records: dict[Step, str]
+    waits: dict[Step, str | None]
 
     def text(self, step: Step) -> str:
         """``@add_tensor_2`` for a record or a wait (``eK (unrecorded)``: a wait bound to
         nothing; ``eK`` for a stream op these names do not cover)."""
         if step.kind == "record_event":
-            name = self.records.get(step.node)
+            name = self.records.get(step)
         elif step.kind == "wait_event":
-            name = self.waits.get(step.node)
-            if name is None and step.node in self.waits:
+            name = self.waits.get(step)
+            if name is None and step in self.waits:
                 return unrecorded_name(step.event)
         else:
             name = None
@@ -89,9 +90,9 @@ def event_names(program: StreamProgram, clocks: Clocks | None = None) -> EventNa
     binding = clocks.binding
     last: dict[int, str] = {}  # stream -> the name of its last compute node
     seen: dict[str, int] = {}  # base name -> records at that point so far
-    latest: dict[int | None, Node] = {}  # event -> its latest record (for waits after output)
-    records: dict[Node, str] = {}
-    waits: dict[Node, str | None] = {}
+    latest: dict[int | None, Step] = {}  # event -> its latest record (for waits after output)
+    records: dict[Step, str] = {}
+    waits: dict[Step, str | None] = {}
     for step in program.steps:
         node, kind, s = step.node, step.kind, step.stream
         if kind == "compute":
@@ -100,11 +101,11 @@ def event_names(program: StreamProgram, clocks: Clocks | None = None) -> EventNa
         elif kind == "record_event":
             base = record_name(last.get(s), s)
             ordinal = seen[base] = seen.get(base, 0) + 1
-            records[node] = record_name(last.get(s), s, ordinal)
-            latest[step.event] = node
+            records[step] = record_name(last.get(s), s, ordinal)
+            latest[step.event] = step
         elif kind == "wait_event":
-            record = binding[node] if node in binding else latest.get(step.event)
-            waits[node] = records[record] if record is not None else None
+            record = binding[step] if step in binding else latest.get(step.event)
+            waits[step] = records[record] if record is not None else None
     return EventNames(records, waits)
 
 

@@ -169,15 +169,18 @@ def _svg_links(v: View, f: _Frame) -> list[str]:
     for use in v.events:
         if use.record is None:
             continue
-        rs = v.program.stream_of[use.record]
+        rs = use.record.stream
         for wait in use.waits:
-            ws = v.program.stream_of[wait]
-            x1, x2 = f.x(v.start[use.record]), f.x(v.start[wait])
+            ws = wait.stream
+            x1, x2 = f.x(v.start[use.record.node]), f.x(v.start[wait.node])
             y1 = f.lane_top(rs) + _LANE / 2
             y2 = f.lane_top(ws) + _LANE / 2
             mid = (y1 + y2) / 2
             cls = "link exitlink" if wait in joins else "link"
-            tip = f"e{use.event}: {use.record.name} on stream {rs} -> {wait.name} on stream {ws}"
+            tip = (
+                f"e{use.event}: {use.record.node.name} on stream {rs} -> {wait.node.name} on "
+                f"stream {ws}"
+            )
             curve = f"M{x1:.1f},{y1:.1f} C{x1:.1f},{mid:.1f} {x2:.1f},{mid:.1f} {x2:.1f},{y2:.1f}"
             out.append(f'<path d="{curve}" class="{cls}"><title>{_xml(tip)}</title></path>')
             out.append(f'<circle cx="{x2:.1f}" cy="{y2:.1f}" r="2.5" class="waitdot"/>')

@@ -11,6 +11,7 @@ from msched.analysis.cost import CostModel, op_category
 from msched.analysis.nodes import INPUT_OPS
 from msched.pictures.labels import format_number, json_number, op_label, stream_title
 from msched.pictures.view import View, view_of
+from msched.proof.dialects import Step
 from msched.scheduling.pipeline import Schedule
 
 __all__ = ["render_trace", "trace_data"]
@@ -58,10 +59,10 @@ def _slice(v: View, node: Node, name: str, cat: str) -> dict[str, Any]:
     }
 
 
-def _flow_ids(v: View) -> tuple[dict[Node, list[int]], dict[Node, int]]:
+def _flow_ids(v: View) -> tuple[dict[Step, list[int]], dict[Step, int]]:
     """One flow id per (record, wait) pair: ids leaving each record, the id reaching each wait."""
-    out: dict[Node, list[int]] = {}
-    into: dict[Node, int] = {}
+    out: dict[Step, list[int]] = {}
+    into: dict[Step, int] = {}
     for use in v.events:
         if use.record is None:
             continue
@@ -98,11 +99,13 @@ def _trace_body(v: View) -> list[dict[str, Any]]:
             body.append(_slice(v, node, node.name, cat))
         elif step.kind == "record_event":
             body.append(_slice(v, node, f"record e{step.event}", "sync"))
-            body += [_flow(v, node, "s", step.event, i) for i in flows_out.get(node, [])]
+            body += [_flow(v, node, "s", step.event, i) for i in flows_out.get(step, [])]
         elif step.kind == "wait_event":
             body.append(_slice(v, node, f"wait e{step.event}", "sync"))
-            if node in flow_in:
-                body.append(_flow(v, node, "f", step.event, flow_in[node]))
+            if step in flow_in:
+                body.append(_flow(v, node, "f", step.event, flow_in[step]))
+        elif step.kind == "wait_stream":
+            body.append(_slice(v, node, f"wait s{step.to_stream}", "sync"))
     return body
 
 

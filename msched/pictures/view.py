@@ -21,7 +21,7 @@ from msched.analysis.dag import build_dag
 from msched.errors import InvalidArgumentError
 from msched.pictures.naming import EventNames, event_names
 from msched.proof.clocks import Clocks, clocks_of
-from msched.proof.dialects import StreamProgram, interpret
+from msched.proof.dialects import Step, StreamProgram, interpret
 from msched.proof.timeline import simulate
 from msched.scheduling.pipeline import Schedule
 
@@ -46,8 +46,8 @@ class EventUse:
     """
 
     event: int
-    record: Node | None
-    waits: tuple[Node, ...]
+    record: Step | None
+    waits: tuple[Step, ...]
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ def _schedule_view(sched: Schedule, cost_model: CostModel) -> View:
         finish=finish,
         events=_event_uses(clocks),
         clocks=clocks,
-        position={step.node: k for k, step in enumerate(program.steps)},
+        position=_first_steps(program),
         names=event_names(program, clocks),
     )
 
@@ -152,31 +152,37 @@ def _module_view(gm: GraphModule, cost_model: CostModel) -> View:
         finish=finish,
         events=events,
         clocks=clocks,
-        position={step.node: k for k, step in enumerate(program.steps)},
+        position=_first_steps(program),
         names=event_names(program, clocks),
     )
+
+
+def _first_steps(program: StreamProgram) -> dict[Node, int]:
+    """Each node's first step in host order (a stream op may have several)."""
+    position: dict[Node, int] = {}
+    for k, step in enumerate(program.steps):
+        position.setdefault(step.node, k)
+    return position
 
 
 def _event_uses(clocks: Clocks) -> tuple[EventUse, ...]:
     """Every record in host order with the waits that bind to it; the waits of an event that
     bind to nothing (no record before them) grouped where the first of them stands."""
     binding = clocks.binding  # the waits that run (before output), in host order
-    bound: dict[Node, list[Node]] = {}
-    unbound: dict[int, list[Node]] = {}
-    waits = [s for s in clocks.program.steps if s.kind == "wait_event" and s.node in binding]
-    for step in waits:
-        record = binding[step.node]
+    bound: dict[Step, list[Step]] = {}
+    unbound: dict[int, list[Step]] = {}
+    for step, record in binding.items():
         if record is not None:
-            bound.setdefault(record, []).append(step.node)
+            bound.setdefault(record, []).append(step)
         elif step.event is not None:
-            unbound.setdefault(step.event, []).append(step.node)
+            unbound.setdefault(step.event, []).append(step)
     uses: list[EventUse] = []
     for step in clocks.program.steps:
-        if step.event is None:
+        if step.event is None or step.kind not in ("record_event", "wait_event"):
             continue
         if step.kind == "record_event":
-            uses.append(EventUse(step.event, step.node, tuple(bound.get(step.node, ()))))
-        elif unbound.get(step.event, [None])[0] is step.node:  # its event's first unbound wait
+            uses.append(EventUse(step.event, step, tuple(bound.get(step, ()))))
+        elif unbound.get(step.event, [None])[0] is step:  # its event's first unbound wait
             uses.append(EventUse(step.event, None, tuple(unbound[step.event])))
     return tuple(uses)
 
@@ -200,9 +206,11 @@ def _stream_op_times(
             cursor[s] = max(cursor[s], finish[node])
             continue
         t = cursor[s]
-        record = clocks.binding.get(node) if step.kind == "wait_event" else None
+        if node in out_start:  # a later action of a stream op that has several
+            t = max(t, out_start[node])
+        record = clocks.binding.get(step) if step.kind == "wait_event" else None
         if record is not None:
-            t = max(t, out_start[record])
+            t = max(t, out_start[record.node])
         elif node is program.output:
             t = max([t, *cursor]) if node not in start else start[node]
         cursor[s] = t
@@ -215,20 +223,20 @@ def _stream_op_times(
 
 
 def host_index(v: View, node: Node) -> int:
-    """The position of ``node`` in host (emission) order, 0-based."""
+    """The position of ``node``'s first step in host (emission) order, 0-based."""
     return v.position[node]
 
 
-def event_of(v: View, wait: Node) -> EventUse | None:
-    """The record that ``wait`` binds to (``record=None``: none before it); None for a wait
-    that never runs (after ``output``)."""
+def event_of(v: View, wait: Step) -> EventUse | None:
+    """The record that wait step ``wait`` binds to (``record=None``: none before it); None
+    for a wait that never runs (after ``output``)."""
     if wait not in v.clocks.binding:
         return None
     record = v.clocks.binding[wait]
     return next(u for u in v.events if u.record is record and wait in u.waits)
 
 
-def joining_wait(v: View, node: Node, stream: int) -> Node | None:
+def joining_wait(v: View, node: Node, stream: int) -> Step | None:
     """The first wait that makes ``stream`` happen-after ``node``, or None.
 
     Joins through a third stream count.  None when ``node`` is on ``stream`` (no wait is
@@ -237,19 +245,19 @@ def joining_wait(v: View, node: Node, stream: int) -> Node | None:
     return v.clocks.joining_wait(node, stream)
 
 
-def exit_waits(v: View) -> tuple[Node, ...]:
+def exit_waits(v: View) -> tuple[Step, ...]:
     """The waits that join the exit: those on ``output``'s stream after the previous node of
     that stream, bound to a record (`Clocks.binding`), in host order."""
     out = v.program.output
     stream, binding = v.program.stream_of[out], v.clocks.binding
-    found: list[Node] = []
+    found: list[Step] = []
     for step in reversed(v.program.steps[: host_index(v, out)]):
         if step.stream != stream:
             continue
         if step.kind == "compute":
             break
-        if step.kind == "wait_event" and binding.get(step.node) is not None:
-            found.append(step.node)
+        if step.kind == "wait_stream" or binding.get(step) is not None:
+            found.append(step)
     return tuple(reversed(found))
 
 

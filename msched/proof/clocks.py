@@ -8,9 +8,14 @@ per stream:
 - compute node ``k`` of stream ``s`` gets the `Stamp` ``(s, k, clock)``, ``clock`` being its
   stream's vector clock after the last wait before it; graph inputs are ready on stream 0
   before the graph starts and share the stamp ``(0, 0, ())``;
-- a ``record_event`` snapshots the clock of its stream; a ``wait_event`` binds to the latest
-  earlier record of its event (events are re-recorded) and joins that snapshot into its
-  stream's clock.  A wait on an event not recorded before it waits for nothing, as on a GPU.
+- a ``record_event`` snapshots the clock of the stream it records on; a ``wait_event`` binds
+  to the latest earlier record of its event (events are re-recorded) and joins that snapshot
+  into its stream's clock.  A wait on an event not recorded before it waits for nothing, as
+  on a GPU.  A ``wait_stream`` joins the other stream's clock as it is then; a
+  ``synchronize`` (a host barrier) joins the clock of what it waits for into every stream.
+
+Waits are steps, not nodes: one stream op may switch and wait on several events
+(`msched.proof.actions`), and each wait is its own `Step`.
 
 `msched.verify`, the adversarial executor (`msched.execute`), the timeline (`msched.simulate`)
 and the pictures read ordering from `Clocks` and nothing else; none of them interprets a
@@ -20,12 +25,14 @@ separate on purpose.)
 Questions the pictures and the plugin ask, and the `Clocks` attribute that answers each
 (``clocks = clocks_of(interpret(gm))``):
 
-- *Which wait joins node N on stream S* (the first wait after which stream ``S``
-  happens-after ``N``): ``clocks.joining_wait(N, S)``; None when ``N`` runs on ``S`` or no
-  wait joins it.  Joins through a third stream count.
-- *Which record does wait W bind to*: ``clocks.binding[W]``; None when the event was not
-  recorded before ``W``.  ``binding`` lists the waits before ``output`` in host order, so the
-  waits of one record are ``[w for w, r in clocks.binding.items() if r is R]``.
+- *Which wait joins node N on stream S* (the first wait step, ``wait_event`` or
+  ``wait_stream``, after which stream ``S`` happens-after ``N``):
+  ``clocks.joining_wait(N, S)``; None when ``N`` runs on ``S`` or no wait joins it.  Joins
+  through a third stream count.
+- *Which record does wait W bind to* (``W`` a ``wait_event`` step): ``clocks.binding[W]``,
+  the record step; None when the event was not recorded before ``W``.  ``binding`` lists the
+  event waits before ``output`` in host order, so the waits of one record are
+  ``[w for w, r in clocks.binding.items() if r is R]``.
 - *Does the exit happen-after node N* (has the caller's stream joined it when the graph
   returns): ``clocks.exit_happens_after(N)``; False for a node that never runs.
 - *u before v*: ``clocks.happens_before(u, v)``; *what does v directly wait for*:
@@ -42,6 +49,7 @@ first use.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import NamedTuple
@@ -80,8 +88,9 @@ class Clocks:
 
     ``stamp[n]`` is ``n``'s `Stamp` for every compute node that runs (graph inputs and
     ``output`` included); ``order`` lists those nodes in host order.  ``binding[w]`` is the
-    record node each wait before ``output`` binds to (None: unrecorded) and
-    ``clock_after[w]`` the vector clock of its stream right after it.  ``unrecorded_waits``
+    record step each ``wait_event`` step before ``output`` binds to (None: unrecorded) and
+    ``clock_after[w]`` the vector clock of its stream right after each wait step
+    (``wait_event`` or ``wait_stream``).  ``unrecorded_waits``
     and ``unjoined_starts`` are the diagnostics of the module docstring.  ``num_streams`` is
     the width of every clock.
     """
@@ -90,8 +99,8 @@ class Clocks:
     num_streams: int
     stamp: dict[Node, Stamp]
     order: tuple[Node, ...]
-    binding: dict[Node, Node | None]
-    clock_after: dict[Node, tuple[int, ...]]
+    binding: dict[Step, Step | None]
+    clock_after: dict[Step, tuple[int, ...]]
     unrecorded_waits: tuple[Step, ...]
     unjoined_starts: tuple[Node, ...]
 
@@ -117,7 +126,7 @@ class Clocks:
         """Whether ``output`` happens after ``node``; False when ``node`` never runs."""
         return node in self.stamp and self.happens_before(node, self.program.output)
 
-    def joining_wait(self, node: Node, stream: int) -> Node | None:
+    def joining_wait(self, node: Node, stream: int) -> Step | None:
         """The first wait on ``stream`` after which ``stream`` happens-after ``node``.
 
         None when ``node`` runs on ``stream`` (no wait is needed), never runs, or no wait
@@ -132,22 +141,21 @@ class Clocks:
         i = bisect_left(waits, at.seq, key=lambda w: after[w][at.stream])
         return waits[i] if i < len(waits) else None
 
-    def later_record(self, wait: Step) -> Node | None:
+    def later_record(self, wait: Step) -> Step | None:
         """The first record of ``wait``'s event after it in host order (None: there is none):
         why an unrecorded wait is unrecorded."""
         steps = self.program.steps
-        position = next(i for i, step in enumerate(steps) if step.node is wait.node)
+        position = next(i for i, step in enumerate(steps) if step is wait)
         for step in steps[position + 1 :]:
             if step.kind == "record_event" and step.event == wait.event:
-                return step.node
+                return step
         return None
 
     @cached_property
-    def _waits_by_stream(self) -> dict[int, tuple[Node, ...]]:
-        by_stream: dict[int, list[Node]] = {}
-        stream_of = self.program.stream_of
-        for wait in self.binding:
-            by_stream.setdefault(stream_of[wait], []).append(wait)
+    def _waits_by_stream(self) -> dict[int, tuple[Step, ...]]:
+        by_stream: dict[int, list[Step]] = {}
+        for wait in self.clock_after:
+            by_stream.setdefault(wait.stream, []).append(wait)
         return {s: tuple(waits) for s, waits in by_stream.items()}
 
     @cached_property
@@ -157,11 +165,13 @@ class Clocks:
         then the nodes whose completion the waits before it observe.
 
         A record stands for the last node of its stream plus what that stream has waited for
-        since (pending joins); a wait hands those to the next node of the waiting stream.
+        since (pending joins); a wait hands those to the next node of the waiting stream (a
+        ``wait_stream`` what the other stream stands for then, a ``synchronize`` what every
+        stream it waits for stands for, to every stream).
         """
         last: dict[int, Node] = {}
         pending: dict[int, list[Node]] = {}
-        carried: dict[Node, tuple[Node, ...]] = {}  # record -> the nodes it stands for
+        carried: dict[Step, tuple[Node, ...]] = {}  # record -> the nodes it stands for
         preds: dict[Node, tuple[Node, ...]] = {}
         for step in self.program.steps:
             s, node = step.stream, step.node
@@ -172,12 +182,54 @@ class Clocks:
                 if node is self.program.output:
                     break
             elif step.kind == "record_event":
-                carried[node] = (*([last[s]] if s in last else []), *pending.get(s, []))
+                carried[step] = _stands_for(s, last, pending)
             elif step.kind == "wait_event":
-                record = self.binding[node]
+                record = self.binding[step]
                 if record is not None:
                     pending.setdefault(s, []).extend(carried[record])
+            elif step.kind == "wait_stream":
+                assert step.to_stream is not None
+                pending.setdefault(s, []).extend(_stands_for(step.to_stream, last, pending))
+            elif step.kind == "synchronize":
+                done = self._synchronized(step, last, pending, carried)
+                for t in range(self.num_streams):
+                    pending.setdefault(t, []).extend(done)
         return preds
+
+    def _synchronized(
+        self,
+        step: Step,
+        last: dict[int, Node],
+        pending: dict[int, list[Node]],
+        carried: dict[Step, tuple[Node, ...]],
+    ) -> tuple[Node, ...]:
+        """What a ``synchronize`` step waits for, as nodes (see `predecessors`)."""
+        if step.event is not None:
+            record = self.synchronize_binding.get(step)
+            return carried.get(record, ()) if record is not None else ()
+        streams = range(self.num_streams) if step.to_stream is None else (step.to_stream,)
+        return tuple(n for t in streams for n in _stands_for(t, last, pending))
+
+    @cached_property
+    def synchronize_binding(self) -> dict[Step, Step | None]:
+        """The record each event ``synchronize`` step before ``output`` binds to."""
+        latest: dict[int | None, Step] = {}
+        found: dict[Step, Step | None] = {}
+        for step in self.program.steps:
+            if step.kind == "record_event":
+                latest[step.event] = step
+            elif step.kind == "synchronize" and step.event is not None:
+                found[step] = latest.get(step.event)
+            if step.node is self.program.output:
+                break
+        return found
+
+
+def _stands_for(
+    stream: int, last: dict[int, Node], pending: dict[int, list[Node]]
+) -> tuple[Node, ...]:
+    """The nodes a record on ``stream`` stands for now: its last node and pending joins."""
+    return (*([last[stream]] if stream in last else []), *pending.get(stream, []))
 
 
 def clocks_of(program: StreamProgram, num_streams: int | None = None) -> Clocks:
@@ -197,6 +249,25 @@ def clocks_of(program: StreamProgram, num_streams: int | None = None) -> Clocks:
     return _walk(program, width)
 
 
+def _join(row: list[int], clock: Sequence[int]) -> None:
+    """``row`` becomes the elementwise maximum of itself and ``clock``."""
+    for t, x in enumerate(clock):
+        if x > row[t]:
+            row[t] = x
+
+
+def _synchronized(
+    step: Step, vc: list[list[int]], records: dict[int, tuple[Step, tuple[int, ...]]]
+) -> tuple[int, ...]:
+    """The clock a host barrier waits for: its event's record, its stream, or every stream."""
+    if step.event is not None:
+        record = records.get(step.event)
+        return record[1] if record is not None else ()
+    if step.to_stream is not None:
+        return tuple(vc[step.to_stream])
+    return tuple(max(column) for column in zip(*vc, strict=True))
+
+
 def _walk(program: StreamProgram, width: int) -> Clocks:
     """The host-order walk of `clocks_of`.
 
@@ -208,11 +279,11 @@ def _walk(program: StreamProgram, width: int) -> Clocks:
     vc[0][0] = 0  # graph inputs: ready on stream 0 before its first node
     joined = [tuple(row) for row in vc]  # each stream's clock after its last wait
     count = [0] * width  # compute nodes issued on each stream
-    records: dict[int, tuple[Node, tuple[int, ...]]] = {}  # event -> last record, snapshot
+    records: dict[int, tuple[Step, tuple[int, ...]]] = {}  # event -> last record, snapshot
     stamp: dict[Node, Stamp] = {}
     order: list[Node] = []
-    binding: dict[Node, Node | None] = {}
-    clock_after: dict[Node, tuple[int, ...]] = {}
+    binding: dict[Step, Step | None] = {}
+    clock_after: dict[Step, tuple[int, ...]] = {}
     unrecorded: list[Step] = []
     unjoined: list[Node] = []
     out = program.output
@@ -233,21 +304,28 @@ def _walk(program: StreamProgram, width: int) -> Clocks:
                 unjoined.append(node)
         elif kind == "record_event":
             assert step.event is not None  # interpret gives every record and wait its event
-            records[step.event] = (node, tuple(vc[s]))
+            records[step.event] = (step, tuple(vc[s]))
         elif kind == "wait_event":
             assert step.event is not None
             record = records.get(step.event)
             if record is None:
-                binding[node] = None
+                binding[step] = None
                 unrecorded.append(step)
             else:
-                binding[node] = record[0]
-                row = vc[s]
-                for t, x in enumerate(record[1]):
-                    if x > row[t]:
-                        row[t] = x
-                joined[s] = tuple(row)
-            clock_after[node] = joined[s]
+                binding[step] = record[0]
+                _join(vc[s], record[1])
+                joined[s] = tuple(vc[s])
+            clock_after[step] = joined[s]
+        elif kind == "wait_stream":
+            assert step.to_stream is not None
+            _join(vc[s], vc[step.to_stream])
+            joined[s] = tuple(vc[s])
+            clock_after[step] = joined[s]
+        elif kind == "synchronize":
+            done = _synchronized(step, vc, records)
+            for t in range(width):
+                _join(vc[t], done)
+                joined[t] = tuple(vc[t])
     return Clocks(
         program,
         width,

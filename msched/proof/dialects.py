@@ -1,14 +1,21 @@
 """Reading the stream ops of a scheduled graph: dialects and the host-order interpreter.
 
-A `Dialect` says which ops mean set_stream / record_event / wait_event / record_stream, so
-graphs rebuilt by another engine's scheduler can be read too.  `interpret` walks a scheduled
-graph in host order and returns, for every node, the stream it is issued on and what each
-stream op does (a `StreamProgram` of `Step`s).  `msched.proof.clocks` turns that program into
-happens-before, which `msched.verify`, the executor, the timeline and the pictures read.
+A `Dialect` maps each node of a graph to actions on the host timeline
+(`msched.proof.actions`: switch the current stream, record an event on a stream, wait for an
+event, a stream waits for another, record_stream, a host barrier) and may say which stream a
+node runs on from its metadata.  `interpret` walks a graph in host order and returns, for every
+node, the stream it is issued on and its actions as `Step`s (a `StreamProgram`);
+`msched.proof.clocks` turns that program into happens-before, which `msched.verify`, the
+executor, the timeline and the pictures read.  No reader looks at a stream op itself.
+
+Built-in dialects (`Dialect.named`): ``msched`` (the default), ``trtllm``, ``torch``
+(PyTorch's ``torch.ops.streams``) and ``autodeploy``; `Dialect.from_namespace` reads msched's
+four-op shape in any op namespace and `Dialect.define` builds a new one from readers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -19,8 +26,11 @@ from msched import ops
 from msched.analysis.nodes import graph_of
 from msched.errors import InvalidArgumentError, InvalidGraphError
 from msched.limits import MAX_STREAMS
+from msched.proof import actions
+from msched.proof.actions import Action, Reader
 
-KINDS = ("set_stream", "record_event", "wait_event", "record_stream")
+FOUR_OPS = ("set_stream", "record_event", "wait_event", "record_stream")
+KINDS = FOUR_OPS  # the four-op shape's ops, by name (kept for older imports)
 
 
 def _qualified_name(target: Any) -> str | None:
@@ -31,12 +41,46 @@ def _qualified_name(target: Any) -> str | None:
     return None
 
 
+def target_key(target: Any) -> str | None:
+    """The name a dialect matches ``target`` by: the qualified name (``ns::op``) of an op,
+    the ``__name__`` of a Python function or higher-order op."""
+    name = _qualified_name(target)
+    if name is not None:
+        return name
+    name = getattr(target, "__name__", None)
+    return name if isinstance(name, str) else None
+
+
+def _four_op_reader(kind: str) -> Reader:
+    if kind == "set_stream":
+        return lambda node: (actions.switch(actions.int_argument(node, 0, kind, "stream")),)
+    if kind == "record_event":
+        return lambda node: (actions.record(actions.int_argument(node, 0, kind, "event")),)
+    if kind == "wait_event":
+        return lambda node: (actions.wait(actions.int_argument(node, 0, kind, "event")),)
+    return lambda node: (
+        actions.record_stream(
+            actions.tensor_argument(node), actions.int_argument(node, 1, kind, "stream")
+        ),
+    )
+
+
+_FOUR_OP_READERS = {kind: _four_op_reader(kind) for kind in FOUR_OPS}
+
+
 @dataclass(frozen=True)
 class Dialect:
-    """The four stream ops of one scheduler.  The default is msched's own ops.
+    """How one engine encodes stream code.  The default is msched's own four ops.
 
-    Ops may be ``OpOverload``s, ``OpOverloadPacket``s or any callables; an op matches a node
-    whose target is it, or whose target is an overload of the same qualified op name.
+    The four fields ``set_stream``, ``record_event``, ``wait_event``, ``record_stream`` are
+    the four-op shape (each an ``OpOverload``, ``OpOverloadPacket``, callable or ``"ns::op"``
+    name; None when the dialect has no such op); an op matches a node whose target is it, or
+    an overload of the same qualified name.  ``readers`` are further ops, each with the
+    `msched.proof.actions.Reader` that turns one of its nodes into actions; ``node_stream``
+    gives the stream key a compute node runs on from its metadata (None: the current
+    stream); ``caller_stream`` is the key of the caller's stream (stream 0), or a function
+    of the graph that returns it.  Build new dialects with `Dialect.define`; combine two
+    with ``a | b``.
     """
 
     set_stream: Any = ops.set_stream
@@ -44,35 +88,109 @@ class Dialect:
     wait_event: Any = ops.wait_event
     record_stream: Any = ops.record_stream
     namespace: str | None = field(default=None, compare=False)
+    readers: tuple[tuple[Any, Reader], ...] = ()
+    node_stream: Callable[[Node], Hashable | None] | None = None
+    caller_stream: Hashable = 0
+    name: str | None = field(default=None, compare=False)
 
     @classmethod
     def from_namespace(cls, namespace: str) -> Dialect:
-        """The dialect of ``torch.ops.<namespace>``; its ops are looked up on first use."""
+        """The four-op dialect of ``torch.ops.<namespace>`` (ops matched by name)."""
         if not namespace or not namespace.isidentifier():
             raise InvalidArgumentError(f"not an op namespace: {namespace!r}")
-        s, r, w, rs = (f"{namespace}::{k}" for k in KINDS)
+        s, r, w, rs = (f"{namespace}::{k}" for k in FOUR_OPS)
         return cls(
             set_stream=s, record_event=r, wait_event=w, record_stream=rs, namespace=namespace
         )
 
     @classmethod
+    def define(
+        cls,
+        name: str,
+        readers: Mapping[Any, Reader],
+        *,
+        node_stream: Callable[[Node], Hashable | None] | None = None,
+        caller_stream: Hashable = 0,
+    ) -> Dialect:
+        """A dialect of the given ops: ``readers`` maps each op (an ``OpOverload``,
+        ``OpOverloadPacket``, callable or ``"ns::op"`` name) to the function that reads one
+        of its nodes as actions (`msched.proof.actions`).  A node whose op is not in
+        ``readers`` is compute, on ``node_stream(node)`` when that gives a key, else on the
+        current stream.  See README "Checking other engines' graphs".
+        """
+        if not readers:
+            raise InvalidArgumentError(f"dialect {name!r} needs at least one op in readers")
+        for op, reader in readers.items():
+            if not callable(reader):
+                raise InvalidArgumentError(f"the reader of {op!r} is not callable: {reader!r}")
+        return cls(
+            None,
+            None,
+            None,
+            None,
+            readers=tuple(readers.items()),
+            node_stream=node_stream,
+            caller_stream=caller_stream,
+            name=name,
+        )
+
+    @classmethod
+    def named(cls, name: str, **options: Any) -> Dialect:
+        """A built-in dialect: ``"msched"``, ``"trtllm"``, ``"torch"`` (options:
+        ``caller_stream=<table index>``) or ``"autodeploy"``.  Raises
+        `msched.InvalidArgumentError` for other names, listing the known ones."""
+        from msched.proof import engines
+
+        return engines.named(name, **options)
+
+    @classmethod
     def detect(cls, gm: GraphModule | Graph) -> Dialect:
         """The dialect whose stream ops ``gm`` contains (msched's when it has none).
 
-        Stream ops are recognised by name (``ns::set_stream``, ``ns::record_event``,
-        ``ns::wait_event``, ``ns::record_stream``); ``aten`` is no dialect.  Stream ops of two
-        namespaces in one graph are an `msched.InvalidGraphError` naming both.
+        Built-in dialects are recognised by their ops; other namespaces by four-op names
+        (``ns::set_stream``, ``ns::record_event``, ``ns::wait_event``, ``ns::record_stream``;
+        ``aten`` is no dialect).  PyTorch's or AutoDeploy's ops in one graph with a four-op
+        dialect's are read as one program; two four-op dialects in one graph are an
+        `msched.InvalidGraphError` naming both.
         """
         return detect_dialect(gm)
 
-    def _table(self) -> dict[Any, str]:
-        table: dict[Any, str] = {}
-        for kind in KINDS:
-            op = getattr(self, kind)
-            table[op] = kind
+    def __or__(self, other: Dialect) -> Dialect:
+        """One dialect reading the ops of both (PyTorch's streams ops mixed with a four-op
+        dialect's, as TensorRT-LLM graphs do).  ``node_stream`` and ``caller_stream`` are
+        ``self``'s unless only ``other`` defines a ``node_stream``."""
+        if not isinstance(other, Dialect):
+            return NotImplemented
+        four = self if self.set_stream is not None else other
+        meta = self if self.node_stream is not None or other.node_stream is None else other
+        return Dialect(
+            four.set_stream,
+            four.record_event,
+            four.wait_event,
+            four.record_stream,
+            namespace=four.namespace,
+            readers=self.readers + other.readers,
+            node_stream=meta.node_stream,
+            caller_stream=meta.caller_stream,
+            name="+".join(n for n in (self.label, other.label) if n),
+        )
+
+    @property
+    def label(self) -> str:
+        """The dialect's name for messages (its namespace for a four-op dialect)."""
+        return self.name or self.own_namespace() or "given"
+
+    def _table(self) -> dict[Any, Reader]:
+        table: dict[Any, Reader] = {}
+        entries = [(getattr(self, k), _FOUR_OP_READERS[k]) for k in FOUR_OPS]
+        for op, reader in [*entries, *self.readers]:
+            if op is None:
+                continue
+            if _hashable(op):
+                table[op] = reader
             name = op if isinstance(op, str) else _qualified_name(op)
             if name is not None:
-                table[name] = kind
+                table[name] = reader
         return table
 
     def own_namespace(self) -> str | None:
@@ -83,15 +201,15 @@ class Dialect:
 
 
 def builtin_dialects() -> dict[str, Dialect]:
-    """The dialects known by name: ``msched`` (``torch.ops.msched.*``, the default) and
-    ``trtllm`` (``torch.ops.trtllm.{set_stream, record_event, wait_event, record_stream}``,
-    matched by name, so the ops need not be registered to read a graph without them)."""
-    return {"msched": Dialect(), "trtllm": Dialect.from_namespace("trtllm")}
+    """The dialects known by name, with default options (`Dialect.named`)."""
+    from msched.proof import engines
+
+    return engines.builtin()
 
 
 def as_dialect(dialect: object) -> Dialect:
     """The `Dialect` that ``dialect`` names: a Dialect, None (msched's), a built-in name
-    (`builtin_dialects`) or the name of a registered op namespace that defines
+    (`Dialect.named`) or the name of a registered op namespace that defines
     ``set_stream`` and ``wait_event`` (`Dialect.from_namespace`).
 
     Raises `msched.InvalidArgumentError` for an unknown name, listing the known ones, and
@@ -123,8 +241,24 @@ def as_dialect(dialect: object) -> Dialect:
 _NOT_DIALECTS = frozenset({"aten", "prim", "prims"})
 
 
+def _foreign_namespace(target: Any) -> tuple[str, str] | None:
+    """``(dialect or namespace, op name)`` when ``target`` is a stream op of some dialect:
+    a built-in dialect's op, or an op named like a four-op stream op in another namespace."""
+    from msched.proof import engines
+
+    builtin = engines.builtin_op(target)
+    if builtin is not None:
+        return builtin
+    namespace, _, name = (_qualified_name(target) or "").partition("::")
+    if name in FOUR_OPS and namespace not in _NOT_DIALECTS:
+        return namespace, name
+    return None
+
+
 def detect_dialect(gm: GraphModule | Graph) -> Dialect:
     """`Dialect.detect`: one pass over the graph's call targets."""
+    from msched.proof import engines
+
     graph = graph_of(gm)
     found: dict[str, list[str]] = {}
     seen: set[int] = set()
@@ -133,19 +267,31 @@ def detect_dialect(gm: GraphModule | Graph) -> Dialect:
         if node.op != "call_function" or id(target) in seen:
             continue
         seen.add(id(target))
-        namespace, _, name = (_qualified_name(target) or "").partition("::")
-        if name in KINDS and namespace not in _NOT_DIALECTS:
-            found.setdefault(namespace, []).append(name)
-    if len(found) > 1:
-        shown = "; ".join(f"{ns} ({', '.join(sorted(set(k)))})" for ns, k in sorted(found.items()))
+        hit = _foreign_namespace(target)
+        if hit is not None:
+            found.setdefault(hit[0], []).append(hit[1])
+    four = {ns: k for ns, k in found.items() if not engines.is_action_dialect(ns)}
+    if len(four) > 1:
+        shown = "; ".join(f"{ns} ({', '.join(sorted(set(k)))})" for ns, k in sorted(four.items()))
         raise InvalidGraphError(
-            f"the graph mixes the stream ops of {len(found)} dialects: {shown}; a scheduled "
+            f"the graph mixes the stream ops of {len(four)} dialects: {shown}; a scheduled "
             "graph uses one (pass dialect=... to read it in one of them)"
         )
-    if not found:
+    known = builtin_dialects()
+    order = sorted(found, key=_action_first)
+    chosen = [known.get(ns) or Dialect.from_namespace(ns) for ns in order]
+    if not chosen:
         return Dialect()
-    namespace = next(iter(found))
-    return builtin_dialects().get(namespace) or Dialect.from_namespace(namespace)
+    result = chosen[0]
+    for more in chosen[1:]:
+        result = result | more
+    return result
+
+
+def _action_first(namespace: str) -> tuple[bool, str]:
+    from msched.proof import engines
+
+    return (not engines.is_action_dialect(namespace), namespace)
 
 
 def _defines_stream_ops(namespace: str) -> bool:
@@ -158,12 +304,15 @@ def _defines_stream_ops(namespace: str) -> bool:
 
 
 class Step(NamedTuple):
-    """One node in host order: its stream-op kind (one of `KINDS`, or ``"compute"``), the
-    stream it is issued on, and what the stream op names.
+    """One action in host order: its kind (one of `msched.proof.actions.KINDS`,
+    ``"compute"`` for a node that runs work, ``"host"`` for a stream op that does nothing
+    on a stream), the stream it acts on, and what it names.
 
-    ``event`` is the event of a ``record_event`` / ``wait_event``; ``to_stream`` the stream a
-    ``set_stream`` switches to (equal to ``stream``) or the stream a ``record_stream`` marks
-    ``tensor`` as used on.  Fields a kind does not use are None.
+    ``event`` is the event of a ``record_event`` / ``wait_event`` / ``synchronize``;
+    ``to_stream`` the stream a ``set_stream`` switches to (equal to ``stream``), a
+    ``wait_stream`` waits for, a ``record_stream`` marks ``tensor`` as used on, or a
+    ``synchronize`` waits for.  Fields a kind does not use are None.  A node has one step per
+    action (a stream op that switches and waits has two or more), compute nodes one.
 
     Immutable; a named tuple rather than a dataclass because a graph has one per node and
     `msched.verify` must stay cheaper than copying the graph.
@@ -184,16 +333,25 @@ _new_step = tuple.__new__
 
 @dataclass(frozen=True)
 class StreamProgram:
-    """A scheduled graph read in host order."""
+    """A graph read in host order: its steps, the stream of every node (a stream op's: the
+    current stream after it), the number of streams, the output node, and the stream ops
+    whose value is one of their inputs (``passthrough[node]``, `msched.proof.actions.passes`).
+    """
 
     steps: tuple[Step, ...]
     stream_of: dict[Node, int]
     num_streams: int
     output: Node
+    passthrough: dict[Node, Node] = field(default_factory=dict)
 
     @property
     def compute_steps(self) -> tuple[Step, ...]:
         return tuple(s for s in self.steps if s.kind == "compute")
+
+    @property
+    def num_waits(self) -> int:
+        """Wait actions (``wait_event`` and ``wait_stream``), wherever they sit."""
+        return sum(1 for s in self.steps if s.kind in ("wait_event", "wait_stream"))
 
 
 class _Classifier:
@@ -203,40 +361,41 @@ class _Classifier:
         self.detecting = detecting
         self.foreign: str | None = None
         self.table = dialect._table()
-        self.namespace = dialect.own_namespace()
-        # id(target) -> (target, kind): hashing an OpOverload runs Python code, id() does not.
-        self._by_id: dict[int, tuple[Any, str | None]] = {}
+        self.label = dialect.label
+        # id(target) -> (target, reader): hashing an OpOverload runs Python code, id() does not.
+        self._by_id: dict[int, tuple[Any, Reader | None]] = {}
 
-    def kind(self, node: Node) -> str | None:
+    def reader(self, node: Node) -> Reader | None:
         if node.op != "call_function":
             return None
         target = node.target
         cached = self._by_id.get(id(target))
         if cached is not None and cached[0] is target:
             return cached[1]
-        kind = self._kind(node, target)
-        self._by_id[id(target)] = (target, kind)
-        return kind
+        reader = self._reader(node, target)
+        self._by_id[id(target)] = (target, reader)
+        return reader
 
-    def _kind(self, node: Node, target: Any) -> str | None:
-        kind = self.table.get(target) if _hashable(target) else None
-        if kind is not None:
-            return kind
-        name = _qualified_name(target)
-        if name is None:
+    def _reader(self, node: Node, target: Any) -> Reader | None:
+        reader = self.table.get(target) if _hashable(target) else None
+        if reader is not None:
+            return reader
+        name = target_key(target)
+        if name is not None and name in self.table:
+            return self.table[name]
+        foreign = _foreign_namespace(target)
+        if foreign is None:
             return None
-        kind = self.table.get(name)
-        if kind is None and name.split("::")[-1] in KINDS:
-            theirs = name.split("::")[0]
-            if self.detecting and theirs not in _NOT_DIALECTS:
-                self.foreign = theirs
-                return None
-            raise InvalidGraphError(
-                f"node {node.name!r} is the stream op {name} but the graph is read in the "
-                f"{self.namespace or 'given'} dialect: stream ops of two dialects are mixed "
-                f"(pass dialect=msched.Dialect.from_namespace({theirs!r}) if that is intended)"
-            )
-        return kind
+        if self.detecting:
+            self.foreign = foreign[0]
+            return None
+        shown = name or getattr(target, "__name__", repr(target))
+        raise InvalidGraphError(
+            f"node {node.name!r} is the stream op {shown} of the {foreign[0]} dialect but the "
+            f"graph is read in the {self.label} dialect: stream ops of two dialects are mixed "
+            f"(pass dialect=msched.Dialect.named({foreign[0]!r}), or dialect=None to detect, "
+            "if that is intended)"
+        )
 
 
 def _hashable(x: Any) -> bool:
@@ -247,60 +406,78 @@ def _hashable(x: Any) -> bool:
     return True
 
 
-def _int_arg(node: Node, kind: str, index: int = 0) -> int:
-    args = node.args
-    if node.kwargs:
-        args = tuple(args) + tuple(node.kwargs.values())
-    if len(args) <= index:
-        raise InvalidGraphError(f"{kind} node {node.name!r} has no argument {index}")
-    value = args[index]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidGraphError(
-            f"{kind} node {node.name!r} takes a literal int, got {value!r}; stream and event "
-            "ids must be constants in the graph"
-        )
-    if value < 0:
-        raise InvalidGraphError(f"{kind} node {node.name!r} has a negative id {value}")
-    return value
-
-
-def _stream_arg(node: Node, kind: str, index: int = 0) -> int:
-    """A stream id argument: a literal int below `msched.MAX_STREAMS`."""
-    stream = _int_arg(node, kind, index)
-    if stream >= MAX_STREAMS:
-        raise InvalidGraphError(
-            f"{kind} node {node.name!r} names stream {stream}, but stream ids are "
-            f"0..{MAX_STREAMS - 1} (msched.MAX_STREAMS = {MAX_STREAMS}, see msched.limits)"
-        )
-    return stream
-
-
-def _tensor_arg(node: Node) -> Node | None:
-    """The tensor a ``record_stream`` node marks (None when it is not a node of the graph)."""
-    tensor = node.args[0] if node.args else node.kwargs.get("t")
-    return tensor if isinstance(tensor, Node) else None
-
-
 def interpret(gm: GraphModule | Graph, dialect: Dialect | str | None = None) -> StreamProgram:
     """Read ``gm`` in host order: the stream of every node and what every stream op does.
 
     ``dialect`` is anything `as_dialect` accepts; None reads msched's stream ops, or the
-    dialect of the graph's stream ops when they are another's (`Dialect.detect`).  Raises
+    dialect of the graph's stream ops when they are another's (`Dialect.detect`).  A reader
+    that returns None for a node leaves it compute.  Raises
     `InvalidGraphError` for graphs that cannot be read: no output or several, a stream or
     event id that is not a non-negative int literal, a stream id of `msched.MAX_STREAMS` or
-    more, stream ops of two dialects.
+    more, stream ops of two four-op dialects.
     """
     graph = graph_of(gm)
     if dialect is None:
         classify = _Classifier(Dialect(), detecting=True)
-        program = _interpret(graph, classify)
+        program = _interpret(graph, classify, None, 0)
         if classify.foreign is None:
             return program
         dialect = detect_dialect(graph)
-    return _interpret(graph, _Classifier(as_dialect(dialect)))
+    chosen = as_dialect(dialect)
+    caller = chosen.caller_stream
+    if callable(caller):  # a dialect that reads its caller's stream from the graph
+        caller = caller(graph)
+    return _interpret(graph, _Classifier(chosen), chosen.node_stream, caller)
 
 
-def _interpret(graph: Graph, classify: _Classifier) -> StreamProgram:
+class _Keys:
+    """Stream or event keys -> ids: an int is its own id; other keys get provisional ids
+    (-1, -2, ... in order of first appearance) that `final` moves after the int ids."""
+
+    def __init__(self, caller: Hashable | None = None) -> None:
+        self.caller = caller
+        self.other: dict[Hashable, int] = {}
+        self.highest = 0
+
+    def id(self, key: Hashable, node: Node, what: str) -> int:
+        if type(key) is int:
+            if key >= MAX_STREAMS and what == "stream":
+                raise InvalidGraphError(
+                    f"{_op_label(node)} node {node.name!r} names stream {key}, but stream ids "
+                    f"are 0..{MAX_STREAMS - 1} (msched.MAX_STREAMS = {MAX_STREAMS}, see "
+                    "msched.limits)"
+                )
+            if key < 0:
+                raise InvalidGraphError(f"node {node.name!r} has a negative {what} id {key}")
+            if key > self.highest:
+                self.highest = key
+            return key
+        if key == self.caller:
+            return 0
+        if isinstance(key, bool) or not _hashable(key):
+            raise InvalidGraphError(f"node {node.name!r} names the {what} {key!r}")
+        found = self.other.get(key)
+        if found is None:
+            found = self.other[key] = -1 - len(self.other)
+        return found
+
+    def final(self, provisional: int | None) -> int | None:
+        if provisional is None or provisional >= 0:
+            return provisional
+        return self.highest + (-provisional)
+
+
+def _op_label(node: Node) -> str:
+    name = _qualified_name(node.target)
+    return name.split("::")[-1] if name else str(node.target)
+
+
+def _interpret(
+    graph: Graph,
+    classify: _Classifier,
+    node_stream: Callable[[Node], Hashable | None] | None,
+    caller: Hashable,
+) -> StreamProgram:
     outputs = [n for n in graph.nodes if n.op == "output"]
     if len(outputs) != 1:
         raise InvalidGraphError(
@@ -308,22 +485,79 @@ def _interpret(graph: Graph, classify: _Classifier) -> StreamProgram:
             + (f" ({', '.join(n.name for n in outputs)})" if outputs else "")
             + "; a scheduled graph has exactly one"
         )
+    streams, events = _Keys(caller), _Keys()
     steps: list[Step] = []
     stream_of: dict[Node, int] = {}
-    current, highest = 0, 0
+    passthrough: dict[Node, Node] = {}
+    current = 0
     for node in graph.nodes:
-        kind = classify.kind(node)
-        if kind is None:
-            steps.append(_new_step(Step, (node, "compute", current, None, None, None)))
-        elif kind == "set_stream":
-            current = _stream_arg(node, kind)
-            highest = max(highest, current)
-            steps.append(Step(node, kind, current, to_stream=current))
-        elif kind == "record_stream":
-            to_stream = _stream_arg(node, kind, 1)
-            highest = max(highest, to_stream)
-            steps.append(Step(node, kind, current, to_stream=to_stream, tensor=_tensor_arg(node)))
-        else:  # record_event, wait_event
-            steps.append(Step(node, kind, current, event=_int_arg(node, kind)))
+        reader = classify.reader(node)
+        done = None if reader is None else reader(node)
+        if done is None:
+            s = current
+            if node_stream is not None and node.op not in _INPUTS:
+                key = node_stream(node)
+                if key is not None:
+                    s = streams.id(key, node, "stream")
+            steps.append(_new_step(Step, (node, "compute", s, None, None, None)))
+            stream_of[node] = s
+            continue
+        acted = False
+        for action in done:
+            if isinstance(action, Action) and action.kind == "alias":
+                if action.tensor is None:
+                    raise InvalidGraphError(f"node {node.name!r} passes through no node")
+                passthrough[node] = passthrough.get(action.tensor, action.tensor)
+                continue
+            current = _append(steps, node, action, current, streams, events)
+            acted = True
+        if not acted:
+            steps.append(Step(node, "host", current))
         stream_of[node] = current
-    return StreamProgram(tuple(steps), stream_of, highest + 1, outputs[0])
+    if streams.other or events.other:
+        steps, stream_of = _renumbered(steps, stream_of, streams, events)
+    highest = streams.highest + len(streams.other)
+    return StreamProgram(tuple(steps), stream_of, highest + 1, outputs[0], passthrough)
+
+
+_INPUTS = frozenset({"placeholder", "get_attr"})
+
+
+def _append(
+    steps: list[Step], node: Node, action: Action, current: int, streams: _Keys, events: _Keys
+) -> int:
+    """Append the step of ``action`` and return the current stream after it."""
+    kind = action.kind
+    if not isinstance(action, Action) or kind not in actions.KINDS:
+        raise InvalidGraphError(
+            f"the dialect read node {node.name!r} as {action!r}, which is no action "
+            "(build actions with msched.proof.actions)"
+        )
+    s = current if action.stream is None else streams.id(action.stream, node, "stream")
+    to = None if action.to_stream is None else streams.id(action.to_stream, node, "stream")
+    event = None if action.event is None else events.id(action.event, node, "event")
+    if kind == "set_stream":
+        if to is None:
+            raise InvalidGraphError(f"node {node.name!r} switches to no stream")
+        steps.append(Step(node, kind, to, to_stream=to))
+        return to
+    if kind in ("record_event", "wait_event") and event is None:
+        raise InvalidGraphError(f"node {node.name!r} reads as a {kind} of no event")
+    if kind in ("wait_stream", "record_stream") and to is None:
+        raise InvalidGraphError(f"node {node.name!r} reads as a {kind} of no stream")
+    steps.append(Step(node, kind, s, event, to, action.tensor))
+    return current
+
+
+def _renumbered(
+    steps: list[Step], stream_of: dict[Node, int], streams: _Keys, events: _Keys
+) -> tuple[list[Step], dict[Node, int]]:
+    """The steps with provisional ids moved after the int ids (see `_Keys`)."""
+    fs, fe = streams.final, events.final
+    out = [
+        _new_step(
+            Step, (st.node, st.kind, fs(st.stream), fe(st.event), fs(st.to_stream), st.tensor)
+        )
+        for st in steps
+    ]
+    return out, {node: streams.highest - s if s < 0 else s for node, s in stream_of.items()}

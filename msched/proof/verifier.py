@@ -209,8 +209,10 @@ def _checked_arguments(
 
 def _check_after_output(program: StreamProgram, found: _Found) -> None:
     seen_output = False
+    reported: set[Node] = set()
     for step in program.steps:
-        if seen_output:
+        if seen_output and step.node not in reported:
+            reported.add(step.node)
             found.add(
                 "after-output",
                 [step.node.name],
@@ -261,11 +263,11 @@ def _check_walk(program: StreamProgram, clocks: Clocks, found: _Found) -> None:
     before them, and auxiliary streams that start without joining stream 0."""
     if not clocks.unrecorded_waits and not clocks.unjoined_starts:
         return
-    waits = {step.node: step for step in clocks.unrecorded_waits}
+    waits = set(clocks.unrecorded_waits)
     starts = set(clocks.unjoined_starts)
     for step in program.steps:
-        if step.node in waits:
-            _unrecorded(clocks, waits[step.node], found)
+        if step.kind == "wait_event" and step in waits:
+            _unrecorded(clocks, step, found)
         elif step.node in starts:
             _unjoined_start(step.node, step.stream, found)
 
@@ -284,7 +286,9 @@ def _unjoined_start(node: Node, s: int, found: _Found) -> None:
 
 def _unrecorded(clocks: Clocks, wait: Step, found: _Found) -> None:
     later = clocks.later_record(wait)
-    where = f"it is first recorded later, by `{later.name}`" if later else "it is never recorded"
+    where = (
+        f"it is first recorded later, by `{later.node.name}`" if later else "it is never recorded"
+    )
     name, s = wait.node.name, wait.stream
     found.add(
         "unrecorded-event",
@@ -297,13 +301,25 @@ def _unrecorded(clocks: Clocks, wait: Step, found: _Found) -> None:
 
 def _host_order_rules(graph: Graph, clocks: Clocks) -> tuple[Effects, dict[Node, dict[Node, int]]]:
     """The effects of the scheduled graph and the dependencies its host order implies."""
-    effects = _scheduled_effects(graph)
-    return effects, host_order_dependencies(clocks.order, effects, clocks.output)
+    passthrough = clocks.program.passthrough
+    effects = _scheduled_effects(graph, passthrough)
+    deps = host_order_dependencies(clocks.order, effects, clocks.output)
+    if passthrough:
+        _see_through(deps, passthrough)
+    return effects, deps
 
 
-def _scheduled_effects(graph: Graph) -> Effects:
+def _see_through(deps: dict[Node, dict[Node, int]], passthrough: Mapping[Node, Node]) -> None:
+    """A use of a stream op that passes a value through is a use of that value."""
+    for edges in deps.values():
+        for u in [u for u in edges if u in passthrough]:
+            source = passthrough[u]
+            edges[source] = edges.get(source, 0) | edges.pop(u)
+
+
+def _scheduled_effects(graph: Graph, views: Mapping[Node, Node] | None = None) -> Effects:
     """`compute_effects` of a scheduled graph, whose host order may use a node early."""
-    return compute_effects(_in_topological_order(graph))
+    return compute_effects(_in_topological_order(graph), views)
 
 
 def _in_topological_order(graph: Graph) -> Graph:

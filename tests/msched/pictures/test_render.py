@@ -233,7 +233,7 @@ def test_each_capture_is_joined_on_stream_0_before_output(sched: msched.Schedule
         node = node_named(sched.gm, capture)
         wait = joining_wait(v, node, 0)
         assert wait is not None
-        assert host_index(v, node) < host_index(v, wait) < out_at
+        assert host_index(v, node) < host_index(v, wait.node) < out_at
 
 
 def test_a_sabotaged_graph_still_renders_with_the_capture_after_output() -> None:
@@ -262,10 +262,10 @@ def test_the_view_pairs_records_and_waits_as_the_happens_before_engine_does(
         use = event_of(v, wait)
         assert use is not None and use.record is binding[wait] and wait in use.waits
         if use.record is not None:
-            assert v.start[wait] >= v.start[use.record]
+            assert v.start[wait.node] >= v.start[use.record.node]
     joins = exit_waits(v)
-    assert joins and all(v.program.stream_of[w] == 0 and binding[w] is not None for w in joins)
-    assert all(host_index(v, w) < host_index(v, v.program.output) for w in joins)
+    assert joins and all(w.stream == 0 and binding[w] is not None for w in joins)
+    assert all(host_index(v, w.node) < host_index(v, v.program.output) for w in joins)
 
 
 def test_a_wait_after_output_binds_to_nothing_because_it_never_runs() -> None:
@@ -275,8 +275,9 @@ def test_a_wait_after_output_binds_to_nothing_because_it_never_runs() -> None:
     wait = next(n for n in graph.nodes if n.target is msched.ops.wait_event)
     graph.output_node().append(wait)
     v = view_of(sched.gm)
-    assert wait not in v.clocks.binding and event_of(v, wait) is None
-    assert all(wait not in use.waits for use in v.events)
+    step = v.program.steps[host_index(v, wait)]
+    assert step not in v.clocks.binding and event_of(v, step) is None
+    assert all(step not in use.waits for use in v.events)
     # Named after the record it would bind to if it ran: the latest earlier one of its event.
     recorded = [n for n in graph.nodes if n.target is msched.ops.record_event]
     latest = [n for n in recorded if n.args[0] == wait.args[0]][-1]
@@ -284,6 +285,6 @@ def test_a_wait_after_output_binds_to_nothing_because_it_never_runs() -> None:
     assert (
         line
         == f"s{v.program.stream_of[wait]} | {'  ' * v.program.stream_of[wait]}wait "
-        + (v.names.records[latest])
+        + (v.names.records[v.program.steps[host_index(v, latest)]])
     )
     json.loads(pictures.render_json(sched.gm))

@@ -11,7 +11,7 @@ from torch.fx import GraphModule, Node
 
 import msched
 from msched.proof.clocks import Clocks, Stamp, clocks_of
-from msched.proof.dialects import interpret
+from msched.proof.dialects import Step, interpret
 from msched.testing.decoders import decoder_stack
 
 from ..hb import happens_before as hb_reader
@@ -24,6 +24,11 @@ def clocks(gm: GraphModule) -> Clocks:
 
 def named(gm: GraphModule) -> dict[str, Node]:
     return {n.name: n for n in gm.graph.nodes}
+
+
+def steps_of(c: Clocks, kind: str) -> list[Step]:
+    """The steps of ``kind`` in host order (waits and records are steps, not nodes)."""
+    return [step for step in c.program.steps if step.kind == kind]
 
 
 def stream_ops(gm: GraphModule, kind: str) -> list[Node]:
@@ -70,10 +75,10 @@ def test_each_wait_binds_to_the_latest_earlier_record_of_its_event() -> None:
     s.wait(7)
     gm = s.done(b)
     c = clocks(gm)
-    first, second, last = stream_ops(gm, "record_event")
-    on_1, unrecorded, on_0 = stream_ops(gm, "wait_event")
+    first, second, last = steps_of(c, "record_event")
+    on_1, unrecorded, on_0 = steps_of(c, "wait_event")
     assert c.binding == {on_1: second, unrecorded: None, on_0: last}
-    assert [step.node for step in c.unrecorded_waits] == [unrecorded]
+    assert list(c.unrecorded_waits) == [unrecorded]
     assert c.later_record(c.unrecorded_waits[0]) is last
     assert c.happens_before(named(gm)["a"], named(gm)["b"])
     assert c.clock_after[on_1] == (1, -1) and c.clock_after[unrecorded] == (1, -1)
@@ -85,14 +90,14 @@ def test_a_wait_never_recorded_has_no_later_record() -> None:
     s.wait(3)
     gm = s.done(s.op("a", aten.relu.default, x))
     c = clocks(gm)
-    assert c.binding == {stream_ops(gm, "wait_event")[0]: None}
+    assert c.binding == {steps_of(c, "wait_event")[0]: None}
     assert c.later_record(c.unrecorded_waits[0]) is None
 
 
 def test_joining_wait_finds_the_wait_that_orders_a_node_before_a_stream() -> None:
     gm = two_streams()
     c, n = clocks(gm), named(gm)
-    waits = stream_ops(gm, "wait_event")  # wait(0), wait(1) on stream 1; wait(2), wait(3) on 0
+    waits = steps_of(c, "wait_event")  # wait(0), wait(1) on stream 1; wait(2), wait(3) on 0
     assert c.joining_wait(n["a"], 1) is waits[1]
     assert c.joining_wait(n["x"], 1) is waits[0]  # inputs are ready on stream 0
     assert c.joining_wait(n["b"], 0) is waits[2]
@@ -118,8 +123,8 @@ def test_joining_wait_and_the_exit_see_joins_through_a_third_stream() -> None:
     s.wait(2)
     gm = s.done(a)
     c = clocks(gm)
-    assert c.joining_wait(b, 2) is stream_ops(gm, "wait_event")[1]
-    assert c.joining_wait(b, 0) is stream_ops(gm, "wait_event")[2]
+    assert c.joining_wait(b, 2) is steps_of(c, "wait_event")[1]
+    assert c.joining_wait(b, 0) is steps_of(c, "wait_event")[2]
     assert c.exit_happens_after(b) and c.predecessors[c.output] == (a, b)
 
 

@@ -1,0 +1,160 @@
+"""The built-in dialects: how msched, TensorRT-LLM, PyTorch and AutoDeploy encode stream code.
+
+Each is a `msched.Dialect` whose readers turn the engine's stream ops into actions
+(`msched.proof.actions`); `Dialect.named` returns them by name.
+
+- ``msched``: ``msched::set_stream(int)``, ``record_event(int)``, ``wait_event(int)``,
+  ``record_stream(Tensor, int)``; stream ids as written, 0 the caller's; records and waits on
+  the current stream.
+- ``trtllm``: the same four ops in the ``trtllm`` namespace.
+- ``torch``: ``streams::fork/join/record_event/wait_event/wait_stream/record_stream/
+  sync_dealloc/synchronize_*`` with indices into Dynamo's table of streams and events; a node
+  runs on ``meta["custom"]["stream"]``, else on the caller's stream
+  (`msched.proof.torch_streams`).
+- ``autodeploy``: ``auto_deploy::record_event(int device, str name)``,
+  ``wait_event(device, name)`` and the passthrough functions ``record_event_passthrough``,
+  ``begin_aux_stream_passthrough``, ``end_aux_stream_passthrough``,
+  ``wait_aux_stream_passthrough``; one event per name, re-recorded; ``begin`` switches to
+  the ``aux`` stream, ``end`` back to the caller's.
+
+Ops are matched by qualified name (``ns::op``) and Python functions by ``__name__``, so a graph
+can be read without the engine installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from torch.fx import Node
+
+from msched.errors import InvalidArgumentError, InvalidGraphError
+from msched.proof import actions
+from msched.proof.actions import Action
+from msched.proof.dialects import Dialect, target_key
+
+# --- AutoDeploy ----------------------------------------------------------------------------
+
+AUTODEPLOY_AUX = ("autodeploy", "aux")  # the key of AutoDeploy's auxiliary stream
+
+
+def _ad_event(node: Node, index: int) -> tuple[str, str]:
+    name = node.args[index] if len(node.args) > index else node.kwargs.get("stream_name")
+    if not isinstance(name, str):
+        raise InvalidGraphError(
+            f"{node.name!r} takes a stream name as a literal str, got {name!r}"
+        )
+    return ("autodeploy", name)
+
+
+def _ad_record(node: Node) -> Sequence[Action]:
+    return (actions.record(_ad_event(node, 1)),)
+
+
+def _ad_wait(node: Node) -> Sequence[Action]:
+    return (actions.wait(_ad_event(node, 1)),)
+
+
+_AD_MAIN = ("autodeploy", "main")
+_AD_AUX_EVENT = ("autodeploy", "aux")
+
+
+def _ad_record_passthrough(node: Node) -> Sequence[Action]:
+    return (actions.record(_AD_MAIN),)
+
+
+def _ad_begin(node: Node) -> Sequence[Action]:
+    return (actions.record(_AD_MAIN), actions.switch(AUTODEPLOY_AUX), actions.wait(_AD_MAIN))
+
+
+def _ad_end(node: Node) -> Sequence[Action]:
+    return (actions.record(_AD_AUX_EVENT), actions.switch(0))
+
+
+def _ad_wait_aux(node: Node) -> Sequence[Action]:
+    return (actions.wait(_AD_AUX_EVENT),)
+
+
+def autodeploy() -> Dialect:
+    """AutoDeploy's encoding (TensorRT-LLM ``_torch/auto_deploy/utils/multi_stream_utils``):
+    ``auto_deploy::record_event(device, name)`` records the event of ``name`` on the current
+    stream and ``wait_event(device, name)`` waits for its latest record; the identity
+    passthroughs record ``main`` (``record_event_passthrough``), begin the aux stream
+    (record ``main``, switch to aux, wait for ``main``), end it (record ``aux``, switch back
+    to the caller's stream; no join) and join it (``wait_aux_stream_passthrough``: wait for
+    ``aux``).  One device per graph: the device argument is not part of an event's name."""
+    return Dialect.define(
+        "autodeploy",
+        {
+            "auto_deploy::record_event": _ad_record,
+            "auto_deploy::wait_event": _ad_wait,
+            "record_event_passthrough": _ad_record_passthrough,
+            "begin_aux_stream_passthrough": _ad_begin,
+            "end_aux_stream_passthrough": _ad_end,
+            "wait_aux_stream_passthrough": _ad_wait_aux,
+        },
+    )
+
+
+# --- the registry --------------------------------------------------------------------------
+
+_ACTION_DIALECTS = ("torch", "autodeploy")
+
+
+def named(name: str, **options: Any) -> Dialect:
+    """`msched.Dialect.named`."""
+    if name == "torch":
+        from msched.proof.torch_streams import torch_dialect
+
+        return torch_dialect(**options)
+    makers = {
+        "msched": Dialect,
+        "trtllm": lambda: Dialect.from_namespace("trtllm"),
+        "autodeploy": autodeploy,
+    }
+    if name not in makers:
+        raise InvalidArgumentError(
+            f"unknown dialect {name!r}: the built-in dialects are "
+            f"{', '.join(map(repr, [*makers, 'torch']))}"
+        )
+    if options:
+        raise InvalidArgumentError(
+            f"the {name} dialect takes no options, got {', '.join(sorted(options))}"
+        )
+    return makers[name]()
+
+
+def builtin() -> dict[str, Dialect]:
+    """Every built-in dialect with default options, by name."""
+    return {n: named(n) for n in ("msched", "trtllm", "torch", "autodeploy")}
+
+
+def is_action_dialect(name: str) -> bool:
+    """Whether dialect ``name`` may share a graph with a four-op dialect (PyTorch's and
+    AutoDeploy's ops do, in TensorRT-LLM graphs)."""
+    return name in _ACTION_DIALECTS
+
+
+_OPS: dict[str, tuple[str, str]] | None = None
+
+
+def _builtin_ops() -> dict[str, tuple[str, str]]:
+    """Qualified op name or function name -> (dialect, op) over the built-in dialects."""
+    global _OPS
+    if _OPS is None:
+        table: dict[str, tuple[str, str]] = {}
+        for dialect_name, dialect in builtin().items():
+            for key in dialect._table():
+                if isinstance(key, str):
+                    table[key] = (dialect_name, key.split("::")[-1])
+        _OPS = table
+    return _OPS
+
+
+def builtin_op(target: Any) -> tuple[str, str] | None:
+    """``(dialect, op)`` when ``target`` is a stream op of a built-in dialect."""
+    key = target_key(target)
+    return None if key is None else _builtin_ops().get(key)
+
+
+__all__ = ["AUTODEPLOY_AUX", "autodeploy", "builtin", "builtin_op", "named"]

@@ -1,0 +1,217 @@
+"""The ``torch`` dialect: the stream graphs PyTorch itself builds (``torch.ops.streams``).
+
+Code written with ``torch.Stream`` / ``with stream:`` / ``s.wait_stream(t)`` /
+``torch.Event.record/wait`` / ``tensor.record_stream(s)`` compiles under ``torch.compile``
+into graphs with ``torch.ops.streams.*`` ops whose stream and event arguments are indices into
+Dynamo's table of external objects (in order of first reference).  ``with stream:`` emits no
+op: every node issued inside it carries ``node.meta["custom"]["stream"] = index`` and nodes
+without it run on the stream that was current when the graph was traced (the caller's).
+What each op does (torch 2.13, ``torch/_dynamo/variables/streams.py``):
+
+| op | actions |
+|---|---|
+| ``fork(from, to)``, ``join(from, to)`` | switch to ``to`` (no wait; Dynamo 2.13 emits neither) |
+| ``record_event(e, s)`` | record ``e`` on ``s`` |
+| ``wait_event(e, s)``, ``sync_dealloc(e, s, t)`` | ``s`` waits for ``e`` |
+| ``wait_stream(s, t)`` | ``s`` waits for all work issued on ``t`` |
+| ``record_stream(x, s)`` | ``x`` is used on ``s`` |
+| ``synchronize_event/stream/device`` | a host barrier on the event, stream or device |
+| ``get_external_object_by_index(i)`` | nothing (the table lookup) |
+| ``control_deps(deps, subgraph, *values)`` | the actions of the stream op in ``subgraph`` |
+| ``getitem(control_deps, k)``, k >= 1 | passes ``values[k - 1]`` through |
+
+(``control_deps`` wraps a stream op after AOT autograd.)
+
+The caller's stream: on CUDA, Dynamo puts the stream current at trace time at index 0; a graph
+from `msched.trace_streams` records its index in ``gm.meta["msched_caller_stream"]``.  The
+dialect reads that, else assumes index 0; ``Dialect.named("torch", caller_stream=i)`` says it
+(None: no index is the caller's, for a CPU graph traced without `msched.trace_streams`).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from torch.fx import Graph, GraphModule, Node
+
+from msched.errors import InvalidArgumentError, InvalidGraphError
+from msched.proof import actions
+from msched.proof.actions import Action
+from msched.proof.dialects import Dialect, target_key
+
+CALLER_META = "msched_caller_stream"  # GraphModule.meta key: the caller stream's table index
+
+_TORCH = "torch"
+
+
+def _stream(node: Node, index: int, op: str) -> tuple[str, int]:
+    return (_TORCH, actions.int_argument(node, index, op))
+
+
+def _event(node: Node, index: int, op: str) -> tuple[str, int]:
+    return (_TORCH, actions.int_argument(node, index, op))
+
+
+def _switch(node: Node) -> Sequence[Action]:
+    return (actions.switch(_stream(node, 1, "streams::fork/join")),)
+
+
+def _record(node: Node) -> Sequence[Action]:
+    op = "streams::record_event"
+    return (actions.record(_event(node, 0, op), _stream(node, 1, op)),)
+
+
+def _wait(node: Node) -> Sequence[Action]:
+    op = "streams::wait_event"
+    return (actions.wait(_event(node, 0, op), _stream(node, 1, op)),)
+
+
+def _wait_stream(node: Node) -> Sequence[Action]:
+    op = "streams::wait_stream"
+    return (actions.wait_stream(_stream(node, 0, op), _stream(node, 1, op)),)
+
+
+def _record_stream(node: Node) -> Sequence[Action]:
+    return (
+        actions.record_stream(
+            actions.tensor_argument(node), _stream(node, 1, "streams::record_stream")
+        ),
+    )
+
+
+def _sync_event(node: Node) -> Sequence[Action]:
+    return (actions.synchronize(event=_event(node, 0, "streams::synchronize_event")),)
+
+
+def _sync_stream(node: Node) -> Sequence[Action]:
+    return (actions.synchronize(stream=_stream(node, 0, "streams::synchronize_stream")),)
+
+
+def _sync_device(node: Node) -> Sequence[Action]:
+    return (actions.synchronize(),)
+
+
+def _nothing(node: Node) -> Sequence[Action]:
+    return ()
+
+
+_OP_READERS = {
+    "streams::fork": _switch,
+    "streams::join": _switch,
+    "streams::record_event": _record,
+    "streams::wait_event": _wait,
+    "streams::sync_dealloc": _wait,
+    "streams::wait_stream": _wait_stream,
+    "streams::record_stream": _record_stream,
+    "streams::synchronize_event": _sync_event,
+    "streams::synchronize_stream": _sync_stream,
+    "streams::synchronize_device": _sync_device,
+    "get_external_object_by_index": _nothing,
+}
+
+
+def _control_deps(node: Node) -> Sequence[Action]:
+    """The actions of the stream ops in a ``control_deps`` node's subgraph."""
+    subgraph = _subgraph(node)
+    found: list[Action] = []
+    for inner in subgraph.nodes:
+        if inner.op != "call_function":
+            continue
+        key = target_key(inner.target)
+        reader = _OP_READERS.get(key) if key is not None else None
+        if reader is not None:
+            found.extend(reader(inner))
+    return found
+
+
+def _subgraph(node: Node) -> Graph:
+    where = node.args[1] if len(node.args) > 1 else None
+    module = node.graph.owning_module
+    if isinstance(where, Node) and where.op == "get_attr" and module is not None:
+        sub: Any = module
+        for part in str(where.target).split("."):
+            sub = getattr(sub, part, None)
+        if isinstance(sub, GraphModule):
+            return sub.graph
+    raise InvalidGraphError(
+        f"control_deps node {node.name!r} has no subgraph module to read (argument 1 is "
+        f"{where!r}); read the GraphModule, not a bare Graph"
+    )
+
+
+def _getitem(node: Node) -> Sequence[Action] | None:
+    """``getitem(control_deps, k)``: item 0 is the stream op's (empty) result, item k >= 1 is
+    the k-th passthrough value.  Any other getitem is compute (None)."""
+    source = node.args[0] if node.args else None
+    if not (isinstance(source, Node) and target_key(source.target) == "control_deps"):
+        return None
+    index = node.args[1] if len(node.args) > 1 else None
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise InvalidGraphError(f"{node.name!r} takes a literal index of control_deps")
+    passed = source.args[2:]
+    if index == 0:
+        return ()
+    if index > len(passed) or not isinstance(passed[index - 1], Node):
+        raise InvalidGraphError(
+            f"{node.name!r} takes item {index} of {source.name!r}, which passes through "
+            f"{len(passed)} value(s)"
+        )
+    value = passed[index - 1]
+    assert isinstance(value, Node)
+    return (actions.passes(value),)
+
+
+def _node_stream(node: Node) -> Hashable | None:
+    custom = node.meta.get("custom")
+    if not custom:
+        return None
+    index = custom.get("stream") if isinstance(custom, dict) else None
+    if index is None:
+        return None
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise InvalidGraphError(
+            f"node {node.name!r} has meta['custom']['stream'] = {index!r}; PyTorch writes a "
+            "stream table index there"
+        )
+    return (_TORCH, index)
+
+
+def _caller_from_graph(graph: Graph) -> Hashable:
+    module = graph.owning_module
+    meta = getattr(module, "meta", None) or {}
+    index = meta.get(CALLER_META, 0)
+    return None if index is None else (_TORCH, index)
+
+
+_NO_CALLER = ("torch", "no caller stream")  # a key no index maps to
+
+
+def torch_dialect(caller_stream: int | None | str = "graph") -> Dialect:
+    """``Dialect.named("torch")``: ``caller_stream`` is the table index of the caller's
+    stream, None when no index is (nodes without a stream annotation still run on it), or
+    ``"graph"`` (the default): ``gm.meta["msched_caller_stream"]`` if the graph has it
+    (`msched.trace_streams` writes it), else 0 (PyTorch's index of the current stream on
+    CUDA)."""
+    caller: Any
+    if caller_stream == "graph":
+        caller = _caller_from_graph
+    elif caller_stream is None:
+        caller = _NO_CALLER
+    elif isinstance(caller_stream, int) and not isinstance(caller_stream, bool):
+        if caller_stream < 0:
+            raise InvalidArgumentError(f"caller_stream must be >= 0, got {caller_stream}")
+        caller = (_TORCH, caller_stream)
+    else:
+        raise InvalidArgumentError(
+            "caller_stream must be a stream table index, None or 'graph', got "
+            f"{caller_stream!r}"
+        )
+    readers: dict[Any, Any] = dict(_OP_READERS)
+    readers["control_deps"] = _control_deps
+    readers[operator.getitem] = _getitem
+    return Dialect.define(_TORCH, readers, node_stream=_node_stream, caller_stream=caller)
+
+
+__all__ = ["CALLER_META", "torch_dialect"]
