@@ -11,6 +11,7 @@ from msched.analysis.cost import CostModel, DefaultCostModel, RooflineCostModel
 from msched.analysis.dag import Dag, build_dag
 from msched.analysis.effects import register_mutation, register_pure, register_side_effect
 from msched.compile.compiler import backend, trace
+from msched.compile.tracing import cuda_streams_on_cpu, trace_streams
 from msched.errors import (
     InvalidArgumentError,
     InvalidGraphError,
@@ -51,6 +52,7 @@ __all__ = [
     "Violation",
     "backend",
     "build_dag",
+    "cuda_streams_on_cpu",
     "execute",
     "ops",
     "register_mutation",
@@ -60,5 +62,6 @@ __all__ = [
     "schedule",
     "simulate",
     "trace",
+    "trace_streams",
     "verify",
 ]

@@ -196,18 +196,26 @@ def exit_dependencies(
 
 
 def host_order_dependencies(
-    order: Iterable[Node], effects: Effects, output: Node
+    order: Iterable[Node],
+    effects: Effects,
+    output: Node,
+    forwarding: Mapping[Node, object] | None = None,
 ) -> dict[Node, dict[Node, int]]:
     """The `Dag` rules applied to ``order`` (compute nodes in host order).
 
     Returns ``{node: {dependency: reason bits}}`` with data, RAW, WAR, WAW and exit edges,
-    where program order is the given order; stream ops must not be in ``order``.
+    where program order is the given order; stream ops must not be in ``order``.  Nodes in
+    ``forwarding`` (stream ops that pass a value on to users) count as users of their inputs
+    for the exit rule.
     """
     order = tuple(order)
     preds = dependency_edges(order, effects, output)
     if output in preds:
         exits = preds[output]
-        for dep, mask in exit_dependencies(order, effects, output, preds).items():
+        present: Mapping[Node, object] = preds
+        if forwarding:
+            present = {**preds, **forwarding}
+        for dep, mask in exit_dependencies(order, effects, output, present).items():
             exits[dep] = exits.get(dep, 0) | mask
     return preds
 

@@ -51,9 +51,36 @@ def target_key(target: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
+def _read_switch(node: Node) -> tuple[Action, ...]:
+    """``set_stream(s)``, or msched's ``set_stream(s, wait_events)``: a switch to ``s`` and a
+    wait on ``s`` for each event of the list, in order."""
+    switch = actions.switch(actions.int_argument(node, 0, "set_stream", "stream"))
+    if len(node.args) < 2 and "wait_events" not in node.kwargs:
+        return (switch,)
+    return (switch, *map(actions.wait, _int_list(node, 1, "wait_events")))
+
+
+def _int_list(node: Node, index: int, name: str) -> list[int]:
+    """Argument ``index`` (or keyword ``name``) of ``node``: a list of literal non-negative
+    ints (`msched.proof.actions.int_argument` for each)."""
+    value = node.args[index] if len(node.args) > index else node.kwargs[name]
+    if not isinstance(value, (list, tuple)):
+        raise InvalidGraphError(
+            f"set_stream node {node.name!r} takes a list of event ids as {name}, got "
+            f"{value!r}; event ids must be constants in the graph"
+        )
+    for event in value:
+        if isinstance(event, bool) or not isinstance(event, int) or event < 0:
+            raise InvalidGraphError(
+                f"set_stream node {node.name!r} waits for {event!r}, which is no event id "
+                "(a literal non-negative int)"
+            )
+    return list(value)
+
+
 def _four_op_reader(kind: str) -> Reader:
     if kind == "set_stream":
-        return lambda node: (actions.switch(actions.int_argument(node, 0, kind, "stream")),)
+        return _read_switch
     if kind == "record_event":
         return lambda node: (actions.record(actions.int_argument(node, 0, kind, "event")),)
     if kind == "wait_event":
@@ -78,9 +105,9 @@ class Dialect:
     an overload of the same qualified name.  ``readers`` are further ops, each with the
     `msched.proof.actions.Reader` that turns one of its nodes into actions; ``node_stream``
     gives the stream key a compute node runs on from its metadata (None: the current
-    stream); ``caller_stream`` is the key of the caller's stream (stream 0), or a function
-    of the graph that returns it.  Build new dialects with `Dialect.define`; combine two
-    with ``a | b``.
+    stream); ``caller_stream`` is the key of the caller's stream (stream 0), a frozenset
+    of its keys, or a function of the graph that returns either.  Build new dialects with
+    `Dialect.define`; combine two with ``a | b``.
     """
 
     set_stream: Any = ops.set_stream
@@ -435,7 +462,8 @@ class _Keys:
     (-1, -2, ... in order of first appearance) that `final` moves after the int ids."""
 
     def __init__(self, caller: Hashable | None = None) -> None:
-        self.caller = caller
+        # The caller's stream may have several keys (one object under several table indices).
+        self.callers = caller if isinstance(caller, frozenset) else frozenset((caller,))
         self.other: dict[Hashable, int] = {}
         self.highest = 0
 
@@ -452,7 +480,7 @@ class _Keys:
             if key > self.highest:
                 self.highest = key
             return key
-        if key == self.caller:
+        if key in self.callers:
             return 0
         if isinstance(key, bool) or not _hashable(key):
             raise InvalidGraphError(f"node {node.name!r} names the {what} {key!r}")
@@ -527,8 +555,8 @@ def _append(
     steps: list[Step], node: Node, action: Action, current: int, streams: _Keys, events: _Keys
 ) -> int:
     """Append the step of ``action`` and return the current stream after it."""
-    kind = action.kind
-    if not isinstance(action, Action) or kind not in actions.KINDS:
+    kind = action.kind if isinstance(action, Action) else None
+    if kind not in actions.KINDS:
         raise InvalidGraphError(
             f"the dialect read node {node.name!r} as {action!r}, which is no action "
             "(build actions with msched.proof.actions)"

@@ -41,9 +41,7 @@ AUTODEPLOY_AUX = ("autodeploy", "aux")  # the key of AutoDeploy's auxiliary stre
 def _ad_event(node: Node, index: int) -> tuple[str, str]:
     name = node.args[index] if len(node.args) > index else node.kwargs.get("stream_name")
     if not isinstance(name, str):
-        raise InvalidGraphError(
-            f"{node.name!r} takes a stream name as a literal str, got {name!r}"
-        )
+        raise InvalidGraphError(f"{node.name!r} takes a stream name as a literal str, got {name!r}")
     return ("autodeploy", name)
 
 
@@ -59,20 +57,31 @@ _AD_MAIN = ("autodeploy", "main")
 _AD_AUX_EVENT = ("autodeploy", "aux")
 
 
+def _passed(node: Node) -> tuple[Action, ...]:
+    """A passthrough function's value is its first argument."""
+    value = actions.tensor_argument(node, 0, "x")
+    return () if value is None else (actions.passes(value),)
+
+
 def _ad_record_passthrough(node: Node) -> Sequence[Action]:
-    return (actions.record(_AD_MAIN),)
+    return (actions.record(_AD_MAIN), *_passed(node))
 
 
 def _ad_begin(node: Node) -> Sequence[Action]:
-    return (actions.record(_AD_MAIN), actions.switch(AUTODEPLOY_AUX), actions.wait(_AD_MAIN))
+    return (
+        actions.record(_AD_MAIN),
+        actions.switch(AUTODEPLOY_AUX),
+        actions.wait(_AD_MAIN),
+        *_passed(node),
+    )
 
 
 def _ad_end(node: Node) -> Sequence[Action]:
-    return (actions.record(_AD_AUX_EVENT), actions.switch(0))
+    return (actions.record(_AD_AUX_EVENT), actions.switch(0), *_passed(node))
 
 
 def _ad_wait_aux(node: Node) -> Sequence[Action]:
-    return (actions.wait(_AD_AUX_EVENT),)
+    return (actions.wait(_AD_AUX_EVENT), *_passed(node))
 
 
 def autodeploy() -> Dialect:

@@ -181,33 +181,42 @@ def _node_stream(node: Node) -> Hashable | None:
 def _caller_from_graph(graph: Graph) -> Hashable:
     module = graph.owning_module
     meta = getattr(module, "meta", None) or {}
-    index = meta.get(CALLER_META, 0)
-    return None if index is None else (_TORCH, index)
+    return _caller_keys(meta.get(CALLER_META, 0))
+
+
+def _caller_keys(indices: int | Sequence[int] | None) -> frozenset[Hashable]:
+    if indices is None:
+        return frozenset((_NO_CALLER,))
+    if isinstance(indices, int):
+        indices = (indices,)
+    for index in indices:
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise InvalidArgumentError(
+                f"caller_stream must be stream table indices (ints >= 0), got {index!r}"
+            )
+    return frozenset((_TORCH, i) for i in indices)
 
 
 _NO_CALLER = ("torch", "no caller stream")  # a key no index maps to
 
 
-def torch_dialect(caller_stream: int | None | str = "graph") -> Dialect:
+def torch_dialect(caller_stream: int | Sequence[int] | None | str = "graph") -> Dialect:
     """``Dialect.named("torch")``: ``caller_stream`` is the table index of the caller's
-    stream, None when no index is (nodes without a stream annotation still run on it), or
-    ``"graph"`` (the default): ``gm.meta["msched_caller_stream"]`` if the graph has it
-    (`msched.trace_streams` writes it), else 0 (PyTorch's index of the current stream on
-    CUDA)."""
+    stream (or the indices: one stream may be in the table twice, as the current stream and
+    as the variable the code names), None when no index is (nodes without a stream
+    annotation still run on it), or ``"graph"`` (the default):
+    ``gm.meta["msched_caller_stream"]`` if the graph has it (`msched.trace_streams` writes
+    it), else 0 (PyTorch's index of the current stream on CUDA)."""
     caller: Any
-    if caller_stream == "graph":
+    if isinstance(caller_stream, str):
+        if caller_stream != "graph":
+            raise InvalidArgumentError(
+                "caller_stream must be stream table indices, None or 'graph', got "
+                f"{caller_stream!r}"
+            )
         caller = _caller_from_graph
-    elif caller_stream is None:
-        caller = _NO_CALLER
-    elif isinstance(caller_stream, int) and not isinstance(caller_stream, bool):
-        if caller_stream < 0:
-            raise InvalidArgumentError(f"caller_stream must be >= 0, got {caller_stream}")
-        caller = (_TORCH, caller_stream)
     else:
-        raise InvalidArgumentError(
-            "caller_stream must be a stream table index, None or 'graph', got "
-            f"{caller_stream!r}"
-        )
+        caller = _caller_keys(caller_stream)
     readers: dict[Any, Any] = dict(_OP_READERS)
     readers["control_deps"] = _control_deps
     readers[operator.getitem] = _getitem

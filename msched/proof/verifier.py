@@ -303,7 +303,8 @@ def _host_order_rules(graph: Graph, clocks: Clocks) -> tuple[Effects, dict[Node,
     """The effects of the scheduled graph and the dependencies its host order implies."""
     passthrough = clocks.program.passthrough
     effects = _scheduled_effects(graph, passthrough)
-    deps = host_order_dependencies(clocks.order, effects, clocks.output)
+    forwarding = {node: None for node in passthrough if node.users}
+    deps = host_order_dependencies(clocks.order, effects, clocks.output, forwarding)
     if passthrough:
         _see_through(deps, passthrough)
     return effects, deps

@@ -1,0 +1,225 @@
+"""`trace_streams`: the graph PyTorch builds from a model's own stream code, on CPU.
+
+``torch.compile`` turns code written with ``torch.Stream`` / ``with stream:`` /
+``s.wait_stream(t)`` / ``torch.Event`` / ``Tensor.record_stream`` into a graph with
+``torch.ops.streams.*`` ops (the ``torch`` dialect, `msched.proof.torch_streams`).
+`trace_streams` compiles a function with a backend that keeps that graph and never runs it
+(CPU streams cannot run event ops), so ``msched.verify(trace_streams(fn, x))`` checks a
+model's hand-written stream code on a machine without a GPU.
+
+The caller's stream: on CUDA, Dynamo puts the stream current at trace time at index 0 of its
+table of streams and events.  A CPU-only build registers no current stream (and
+``torch.accelerator.current_stream()`` fails to trace), so while tracing on such a build
+`trace_streams` makes Dynamo register ``caller_stream`` there, as it does on CUDA.  The
+index is written to ``gm.meta["msched_caller_stream"]``, which the ``torch`` dialect reads.
+
+`cuda_streams_on_cpu` lets code written against ``torch.cuda`` (``torch.cuda.Stream()``,
+``torch.cuda.Event()``, ``torch.cuda.current_stream()``, ``torch.cuda.stream(s)``) build and
+trace on a CPU-only machine.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.fx import GraphModule
+
+from msched.errors import InvalidArgumentError
+from msched.proof.torch_streams import CALLER_META
+
+STAGES = ("dynamo", "aot")
+
+
+def trace_streams(
+    fn: Callable[..., Any],
+    *example_inputs: Any,
+    caller_stream: torch.Stream | None = None,
+    stage: str = "dynamo",
+) -> GraphModule:
+    """The ``GraphModule`` ``torch.compile`` builds for ``fn(*example_inputs)``, stream ops
+    included, ready for ``msched.verify(gm)``; ``fn``'s stream ops never run.
+
+    ``stage="dynamo"`` returns Dynamo's graph (torch-level calls, in-place ops as written);
+    ``stage="aot"`` the inference graph after AOT autograd (functional aten ops; a mutated
+    input comes back as an extra output; sync ops wrapped in ``control_deps``).  Traced under
+    ``torch.no_grad()`` with ``fullgraph=True``.  ``caller_stream`` is the stream current
+    while tracing (a fresh CPU stream when None); its table indices (Dynamo registers it as
+    the current stream, and again where the code names it) are recorded in
+    ``gm.meta["msched_caller_stream"]`` (None when it has none).  Resets Dynamo's caches first (``torch._dynamo.reset()``), so a
+    function traced before is traced again.
+
+    Raises `msched.InvalidArgumentError` for a bad argument, and when ``fn`` cannot be traced
+    in one graph (the message says why; ``torch.cuda`` names on a CPU-only machine need
+    `cuda_streams_on_cpu`).
+    """
+    if not callable(fn):
+        raise InvalidArgumentError(f"trace_streams needs a callable, got {type(fn).__name__}")
+    if stage not in STAGES:
+        raise InvalidArgumentError(f"stage must be one of {', '.join(STAGES)}, got {stage!r}")
+    if caller_stream is not None and not isinstance(caller_stream, torch.Stream):
+        raise InvalidArgumentError(
+            f"caller_stream must be a torch.Stream, got {type(caller_stream).__name__}"
+        )
+    caller = caller_stream if caller_stream is not None else _new_caller_stream()
+    capture = _Capture(stage, caller)
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend=capture, fullgraph=True)
+    with _registered_caller(caller), caller, torch.no_grad():
+        try:
+            compiled(*example_inputs)
+        except Exception as error:
+            if capture.graph is None:
+                raise InvalidArgumentError(_why_not(fn, error)) from error
+            # The graph was captured; what failed is the call of its stand-in (it returns
+            # placeholders for the graph's outputs, and the code around it may use them).
+    torch._dynamo.reset()
+    assert capture.graph is not None
+    return capture.graph
+
+
+def _new_caller_stream() -> torch.Stream:
+    if torch.accelerator.is_available():
+        return torch.accelerator.current_stream()
+    return torch.Stream(device="cpu")
+
+
+class _Capture:
+    """The backend: keeps the graph of ``stage`` and returns a stand-in that runs nothing."""
+
+    def __init__(self, stage: str, caller: torch.Stream) -> None:
+        self.stage = stage
+        self.caller = caller
+        self.graph: GraphModule | None = None
+
+    def __call__(self, gm: GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        table = _table()
+        if self.stage == "aot":
+            found: list[GraphModule] = []
+
+            def keep(inner: GraphModule, inputs: list[Any]) -> Callable[..., Any]:
+                found.append(inner)
+                return _stand_in(inner)
+
+            from torch._dynamo.backends.common import aot_autograd
+
+            aot_autograd(fw_compiler=keep)(gm, example_inputs)
+            graph = found[0]
+        else:
+            graph = gm
+        caller = tuple(i for i, o in sorted(table.items()) if o is self.caller)
+        graph.meta[CALLER_META] = caller or None
+        self.graph = graph
+        return _stand_in(gm)
+
+
+def _stand_in(gm: GraphModule) -> Callable[..., Any]:
+    """A function returning as many placeholders as ``gm`` has outputs."""
+    outputs = gm.graph.output_node().args[0]
+    count = len(outputs) if isinstance(outputs, (tuple, list)) else 1
+    return lambda *args: [None] * count
+
+
+def _table() -> dict[int, Any]:
+    """Dynamo's table of external objects (streams, events) as it is while a graph compiles."""
+    from torch._dynamo import graph_bytecode_inputs as table
+
+    return {i: ref() for i, ref in table.index_to_external_object_weakref.items()}
+
+
+@contextlib.contextmanager
+def _registered_caller(caller: torch.Stream) -> Iterator[None]:
+    """While tracing on a build without an accelerator: Dynamo registers ``caller`` as the
+    current stream at index 0, as it registers the current stream on CUDA."""
+    if torch.accelerator.is_available():
+        yield
+        return
+    import torch._dynamo.guards as guards
+    import torch._dynamo.utils as utils
+    from torch._dynamo import graph_bytecode_inputs as table
+    from torch._dynamo.source import CurrentStreamSource
+    from torch._dynamo.variables import streams
+    from torch._dynamo.variables.lazy import LazyVariableTracker
+
+    state = streams.SymbolicStreamState
+    original_init = state.__init__
+    original_current = (utils.get_current_stream, guards.get_current_stream)
+
+    def init(self: Any) -> None:
+        table.reset_user_object_tracking()
+        source = CurrentStreamSource(caller.device)
+        index = table.register_user_object(caller, source)
+        variable = LazyVariableTracker.create(caller, source=source)
+        variable.user_object_index = index
+        self.cur_stream_stack = collections.deque([variable])
+
+    def current(device: Any) -> Any:
+        if torch.device(device).type == caller.device.type:
+            return caller
+        return original_current[0](device)
+
+    state.__init__ = init  # type: ignore[method-assign]
+    utils.get_current_stream = guards.get_current_stream = current
+    try:
+        yield
+    finally:
+        state.__init__ = original_init  # type: ignore[method-assign]
+        utils.get_current_stream, guards.get_current_stream = original_current
+
+
+def _why_not(fn: Callable[..., Any], error: Exception) -> str:
+    name = getattr(fn, "__qualname__", type(fn).__name__)
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    hint = ""
+    if "cuda" in str(error).lower():
+        hint = "; code written against torch.cuda traces on CPU inside msched.cuda_streams_on_cpu()"
+    return f"cannot trace {name} in one graph: {type(error).__name__}: {first}{hint}"
+
+
+@contextlib.contextmanager
+def cuda_streams_on_cpu() -> Iterator[torch.Stream]:
+    """Stand device-generic CPU streams in for ``torch.cuda``'s names while the block runs.
+
+    ``torch.cuda.Stream(...)`` makes a ``torch.Stream(device="cpu")``, ``torch.cuda.Event(...)``
+    a ``torch.Event(device="cpu")`` (timing and IPC flags are dropped),
+    ``torch.cuda.current_stream()`` is the caller's stream (the one yielded, outside a
+    compile; ``torch.accelerator.current_stream()`` while tracing) and
+    ``torch.cuda.stream(s)`` enters ``s``.  Build the model and call `trace_streams` inside
+    the block.  Code that bound the names before the block (``from torch.cuda import
+    Stream``) keeps the real ones; ``isinstance(x, torch.cuda.Stream)`` is False; nothing
+    can run these streams' events on CPU.
+    """
+    names = ("Stream", "Event", "current_stream", "stream", "default_stream")
+    saved = {name: getattr(torch.cuda, name) for name in names}
+    ambient = torch.Stream(device="cpu")
+
+    def stream_factory(device: Any = None, priority: int = 0, **kwargs: Any) -> torch.Stream:
+        return torch.Stream(device="cpu")
+
+    def event_factory(*args: Any, **kwargs: Any) -> torch.Event:
+        return torch.Event(device="cpu")
+
+    def current_stream(device: Any = None) -> torch.Stream:
+        if torch.compiler.is_compiling():
+            return torch.accelerator.current_stream()
+        return ambient
+
+    def enter(stream: torch.Stream | None) -> Any:
+        return stream if stream is not None else contextlib.nullcontext()
+
+    torch.cuda.Stream = stream_factory  # type: ignore[assignment,misc]
+    torch.cuda.Event = event_factory  # type: ignore[assignment,misc]
+    torch.cuda.current_stream = current_stream  # type: ignore[assignment]
+    torch.cuda.default_stream = current_stream  # type: ignore[assignment]
+    torch.cuda.stream = enter  # type: ignore[assignment]
+    try:
+        yield ambient
+    finally:
+        for name, value in saved.items():
+            setattr(torch.cuda, name, value)
+
+
+__all__ = ["STAGES", "cuda_streams_on_cpu", "trace_streams"]
