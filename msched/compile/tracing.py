@@ -49,8 +49,8 @@ def trace_streams(
     ``torch.no_grad()`` with ``fullgraph=True``.  ``caller_stream`` is the stream current
     while tracing (a fresh CPU stream when None); its table indices (Dynamo registers it as
     the current stream, and again where the code names it) are recorded in
-    ``gm.meta["msched_caller_stream"]`` (None when it has none).  Resets Dynamo's caches first (``torch._dynamo.reset()``), so a
-    function traced before is traced again.
+    ``gm.meta["msched_caller_stream"]`` (None when it has none).  Resets Dynamo's caches
+    first (``torch._dynamo.reset()``), so a function traced before is traced again.
 
     Raises `msched.InvalidArgumentError` for a bad argument, and when ``fn`` cannot be traced
     in one graph (the message says why; ``torch.cuda`` names on a CPU-only machine need
