@@ -32,6 +32,8 @@ from msched.errors import InvalidArgumentError
 from msched.proof.torch_streams import CALLER_META
 
 STAGES = ("dynamo", "aot")
+# The caller's streams of the `cuda_streams_on_cpu` blocks being run, innermost last.
+_AMBIENT: list[torch.Stream] = []
 
 
 def trace_streams(
@@ -64,7 +66,12 @@ def trace_streams(
         raise InvalidArgumentError(
             f"caller_stream must be a torch.Stream, got {type(caller_stream).__name__}"
         )
-    caller = caller_stream if caller_stream is not None else _new_caller_stream()
+    if caller_stream is not None:
+        caller = caller_stream
+    elif _AMBIENT:  # inside cuda_streams_on_cpu: its torch.cuda.current_stream()
+        caller = _AMBIENT[-1]
+    else:
+        caller = _new_caller_stream()
     capture = _Capture(stage, caller)
     torch._dynamo.reset()
     compiled = torch.compile(fn, backend=capture, fullgraph=True)
@@ -77,7 +84,11 @@ def trace_streams(
             # The graph was captured; what failed is the call of its stand-in (it returns
             # placeholders for the graph's outputs, and the code around it may use them).
     torch._dynamo.reset()
-    assert capture.graph is not None
+    if capture.graph is None:
+        raise InvalidArgumentError(
+            f"{getattr(fn, '__qualname__', type(fn).__name__)} ran no tensor operation on "
+            "its inputs: there is no graph to trace"
+        )
     return capture.graph
 
 
@@ -153,7 +164,7 @@ def _registered_caller(caller: torch.Stream) -> Iterator[None]:
         source = CurrentStreamSource(caller.device)
         index = table.register_user_object(caller, source)
         variable = LazyVariableTracker.create(caller, source=source)
-        variable.user_object_index = index
+        variable.user_object_index = index  # type: ignore[attr-defined]
         self.cur_stream_stack = collections.deque([variable])
 
     def current(device: Any) -> Any:
@@ -173,8 +184,19 @@ def _registered_caller(caller: torch.Stream) -> Iterator[None]:
 def _why_not(fn: Callable[..., Any], error: Exception) -> str:
     name = getattr(fn, "__qualname__", type(fn).__name__)
     first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    text = str(error).lower()
     hint = ""
-    if "cuda" in str(error).lower():
+    if "support events" in text:
+        hint = (
+            "; on a CPU-only build Stream.record_event() cannot be traced: create the event "
+            "(torch.Event()) and call event.record(stream)"
+        )
+    elif "no accelerator available" in text:
+        hint = (
+            "; on a CPU-only build torch.accelerator.synchronize() cannot be traced: "
+            "synchronize the stream or the event instead"
+        )
+    elif "cuda" in text:
         hint = "; code written against torch.cuda traces on CPU inside msched.cuda_streams_on_cpu()"
     return f"cannot trace {name} in one graph: {type(error).__name__}: {first}{hint}"
 
@@ -186,7 +208,9 @@ def cuda_streams_on_cpu() -> Iterator[torch.Stream]:
     ``torch.cuda.Stream(...)`` makes a ``torch.Stream(device="cpu")``, ``torch.cuda.Event(...)``
     a ``torch.Event(device="cpu")`` (timing and IPC flags are dropped),
     ``torch.cuda.current_stream()`` is the caller's stream (the one yielded, outside a
-    compile; ``torch.accelerator.current_stream()`` while tracing) and
+    compile; ``torch.accelerator.current_stream()`` while tracing; `trace_streams` inside
+    the block takes it as its default ``caller_stream``, so a model that kept
+    ``torch.cuda.current_stream()`` in ``__init__`` joins the right stream) and
     ``torch.cuda.stream(s)`` enters ``s``.  Build the model and call `trace_streams` inside
     the block.  Code that bound the names before the block (``from torch.cuda import
     Stream``) keeps the real ones; ``isinstance(x, torch.cuda.Stream)`` is False; nothing
@@ -195,6 +219,7 @@ def cuda_streams_on_cpu() -> Iterator[torch.Stream]:
     names = ("Stream", "Event", "current_stream", "stream", "default_stream")
     saved = {name: getattr(torch.cuda, name) for name in names}
     ambient = torch.Stream(device="cpu")
+    _AMBIENT.append(ambient)
 
     def stream_factory(device: Any = None, priority: int = 0, **kwargs: Any) -> torch.Stream:
         return torch.Stream(device="cpu")
@@ -218,6 +243,7 @@ def cuda_streams_on_cpu() -> Iterator[torch.Stream]:
     try:
         yield ambient
     finally:
+        _AMBIENT.pop()
         for name, value in saved.items():
             setattr(torch.cuda, name, value)
 

@@ -24,7 +24,7 @@ from torch.fx import Graph, GraphModule, Node
 
 from msched import ops
 from msched.analysis.nodes import graph_of
-from msched.errors import InvalidArgumentError, InvalidGraphError
+from msched.errors import InvalidArgumentError, InvalidGraphError, MschedError
 from msched.limits import MAX_STREAMS
 from msched.proof import actions
 from msched.proof.actions import Action, Reader
@@ -304,6 +304,8 @@ def detect_dialect(gm: GraphModule | Graph) -> Dialect:
             f"the graph mixes the stream ops of {len(four)} dialects: {shown}; a scheduled "
             "graph uses one (pass dialect=... to read it in one of them)"
         )
+    if "torch" not in found and streams_in_metadata(graph):
+        found["torch"] = ["meta['custom']['stream']"]
     known = builtin_dialects()
     order = sorted(found, key=_action_first)
     chosen = [known.get(ns) or Dialect.from_namespace(ns) for ns in order]
@@ -313,6 +315,24 @@ def detect_dialect(gm: GraphModule | Graph) -> Dialect:
     for more in chosen[1:]:
         result = result | more
     return result
+
+
+CALLER_META = "msched_caller_stream"  # GraphModule.meta: the caller stream's table indices
+
+
+def streams_in_metadata(graph: Graph) -> bool:
+    """Whether ``graph`` says where its nodes run in PyTorch's way (a graph from
+    `msched.trace_streams`, or a node with ``meta["custom"]["stream"]``): then it is read in
+    the ``torch`` dialect even without a stream op (an AOT graph whose side stream never
+    waits has none)."""
+    module = graph.owning_module
+    if module is not None and CALLER_META in getattr(module, "meta", {}):
+        return True
+    for node in graph.nodes:
+        custom = node.meta.get("custom")
+        if custom and isinstance(custom, dict) and "stream" in custom and node.op not in _INPUTS:
+            return True
+    return False
 
 
 def _action_first(namespace: str) -> tuple[bool, str]:
@@ -447,7 +467,7 @@ def interpret(gm: GraphModule | Graph, dialect: Dialect | str | None = None) -> 
     if dialect is None:
         classify = _Classifier(Dialect(), detecting=True)
         program = _interpret(graph, classify, None, 0)
-        if classify.foreign is None:
+        if classify.foreign is None and not streams_in_metadata(graph):
             return program
         dialect = detect_dialect(graph)
     chosen = as_dialect(dialect)
@@ -480,10 +500,13 @@ class _Keys:
             if key > self.highest:
                 self.highest = key
             return key
+        if isinstance(key, bool) or not _hashable(key):
+            raise InvalidGraphError(
+                f"node {node.name!r} names the {what} {key!r}: a stream or event is an int or "
+                "another hashable key"
+            )
         if key in self.callers:
             return 0
-        if isinstance(key, bool) or not _hashable(key):
-            raise InvalidGraphError(f"node {node.name!r} names the {what} {key!r}")
         found = self.other.get(key)
         if found is None:
             found = self.other[key] = -1 - len(self.other)
@@ -493,6 +516,18 @@ class _Keys:
         if provisional is None or provisional >= 0:
             return provisional
         return self.highest + (-provisional)
+
+
+def _read(reader: Callable[[Node], Any], node: Node, label: str) -> Any:
+    """``reader(node)``, with a reader's own failure said as the node it could not read."""
+    try:
+        return reader(node)
+    except MschedError:
+        raise
+    except Exception as error:
+        raise InvalidGraphError(
+            f"the {label} dialect cannot read node {node.name!r}: {type(error).__name__}: {error}"
+        ) from error
 
 
 def _op_label(node: Node) -> str:
@@ -520,11 +555,11 @@ def _interpret(
     current = 0
     for node in graph.nodes:
         reader = classify.reader(node)
-        done = None if reader is None else reader(node)
+        done = None if reader is None else _read(reader, node, classify.label)
         if done is None:
             s = current
             if node_stream is not None and node.op not in _INPUTS:
-                key = node_stream(node)
+                key = _read(node_stream, node, classify.label)
                 if key is not None:
                     s = streams.id(key, node, "stream")
             steps.append(_new_step(Step, (node, "compute", s, None, None, None)))

@@ -39,9 +39,7 @@ from torch.fx import Graph, GraphModule, Node
 from msched.errors import InvalidArgumentError, InvalidGraphError
 from msched.proof import actions
 from msched.proof.actions import Action
-from msched.proof.dialects import Dialect, target_key
-
-CALLER_META = "msched_caller_stream"  # GraphModule.meta key: the caller stream's table index
+from msched.proof.dialects import CALLER_META, Dialect, target_key
 
 _TORCH = "torch"
 
@@ -184,11 +182,15 @@ def _caller_from_graph(graph: Graph) -> Hashable:
     return _caller_keys(meta.get(CALLER_META, 0))
 
 
-def _caller_keys(indices: int | Sequence[int] | None) -> frozenset[Hashable]:
+def _caller_keys(indices: object) -> frozenset[Hashable]:
     if indices is None:
         return frozenset((_NO_CALLER,))
     if isinstance(indices, int):
         indices = (indices,)
+    if not isinstance(indices, (tuple, list)):
+        raise InvalidArgumentError(
+            f"caller_stream must be stream table indices (ints >= 0), got {indices!r}"
+        )
     for index in indices:
         if isinstance(index, bool) or not isinstance(index, int) or index < 0:
             raise InvalidArgumentError(

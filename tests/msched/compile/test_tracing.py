@@ -253,3 +253,60 @@ def test_code_that_cannot_be_traced_in_one_graph_says_why() -> None:
         msched.InvalidArgumentError, match=r"cannot trace .*breaks in one graph: Unsupported"
     ):
         msched.trace_streams(breaks, inputs()[0])
+
+
+def side_stream_without_any_sync(x: torch.Tensor) -> torch.Tensor:
+    with side:
+        y = x * 2
+    return y + 1
+
+
+@pytest.mark.parametrize("stage", ["dynamo", "aot"])
+def test_a_side_stream_with_no_stream_op_at_all_is_read_from_the_annotations(stage: str) -> None:
+    """After AOT the graph may hold no stream op: the stream annotations still say where
+    each node runs, so the graph is read in the torch dialect."""
+    gm = msched.trace_streams(side_stream_without_any_sync, inputs()[0], stage=stage)
+    assert Dialect.detect(gm).name == "torch"
+    report = msched.verify(gm)
+    assert {v.kind for v in report.violations} == {"race"} and len(report.violations) == 2
+    gm.meta.pop("msched_caller_stream")  # annotations alone are enough
+    assert not msched.verify(gm).ok
+
+
+class KeepsItsMainStream(nn.Module):
+    """Models often keep ``torch.cuda.current_stream()`` from ``__init__`` for their joins."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.main = torch.cuda.current_stream()
+        self.aux = torch.cuda.Stream()
+        self.shared = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.aux.wait_stream(self.main)
+        with torch.cuda.stream(self.aux):
+            shared = self.shared(x)
+        self.main.wait_stream(self.aux)
+        return shared + x
+
+
+@pytest.mark.parametrize("stage", ["dynamo", "aot"])
+def test_inside_cuda_streams_on_cpu_the_caller_is_its_current_stream(stage: str) -> None:
+    with msched.cuda_streams_on_cpu() as caller:
+        model = KeepsItsMainStream()
+        assert model.main is caller
+        gm = msched.trace_streams(model, torch.randn(2, 8), stage=stage)
+    assert msched.verify(gm).ok
+
+
+def test_nothing_to_trace_and_untraceable_cpu_calls_say_so() -> None:
+    with pytest.raises(msched.InvalidArgumentError, match="ran no tensor operation"):
+        msched.trace_streams(lambda x: None, inputs()[0])
+
+    def records_on_the_stream(x: torch.Tensor) -> torch.Tensor:
+        event = side.record_event()
+        event.wait()
+        return x + 1
+
+    with pytest.raises(msched.InvalidArgumentError, match=r"create the event \(torch.Event"):
+        msched.trace_streams(records_on_the_stream, inputs()[0])

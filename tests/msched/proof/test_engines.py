@@ -10,6 +10,7 @@ while the side stream reads it (``race``/``war`` naming both).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -316,3 +317,36 @@ def test_the_built_in_dialects_are_named() -> None:
         assert msched.verify(trtllm_program("clean"), dialect=None).ok
     assert Dialect.named("msched") == Dialect()
     assert Dialect.named("torch", caller_stream=(0, 2)) != Dialect.named("torch")
+
+
+def _boom(node: Node) -> list[actions.Action]:
+    raise ZeroDivisionError("boom")
+
+
+@pytest.mark.parametrize(
+    "dialect, match",
+    [
+        (Dialect.define("raises", {"msched_test_toy::fork": _boom}), "ZeroDivisionError: boom"),
+        (
+            Dialect.define(
+                "unhashable", {"msched_test_toy::fork": lambda n: [actions.switch([1])]}
+            ),
+            r"names the stream \[1\]",
+        ),
+        (
+            Dialect.define("meta", {"msched_test_toy::join": _toy_join}, node_stream=_boom),
+            "ZeroDivisionError: boom",
+        ),
+    ],
+)
+def test_a_reader_that_fails_is_said_as_the_node_it_could_not_read(
+    dialect: Dialect, match: str
+) -> None:
+    with pytest.raises(msched.InvalidGraphError, match=rf"cannot read node|{match}") as info:
+        interpret(toy_program(True), dialect=dialect)
+    assert re.search(match, str(info.value))
+
+
+def test_a_non_index_caller_stream_is_refused() -> None:
+    with pytest.raises(msched.InvalidArgumentError, match="caller_stream must be"):
+        Dialect.named("torch", caller_stream=1.5)
