@@ -2,10 +2,16 @@
 
 | op | meaning |
 |---|---|
-| ``msched::set_stream(int stream)`` | later ops are issued on ``stream`` (0 = caller's stream) |
+| ``msched::set_stream(int stream, int[] wait_events=[])`` | later ops are issued on ``stream`` |
+| | (0 = caller's stream), which first waits for the last record of each of ``wait_events`` |
 | ``msched::record_event(int event)`` | record ``event`` on the current stream |
 | ``msched::wait_event(int event)`` | the current stream waits for the last record of ``event`` |
 | ``msched::record_stream(Tensor t, int stream)`` | ``t`` is used on ``stream`` (allocator) |
+
+A switch and the waits right after it are one node: most waits of a schedule directly follow a
+switch, and every node costs code generation when the module is compiled and a dispatcher call
+on every forward.  ``set_stream(s, [a, b])`` means exactly ``set_stream(s)``, ``wait_event(a)``,
+``wait_event(b)``; ``set_stream(s)`` alone is the op of older graphs, unchanged.
 
 They are registered as side-effectful with ``torch.fx`` so that ``eliminate_dead_code`` keeps
 them, and they act on `msched.compile.runtime.current_runtime()`: no-ops on CPU.
@@ -19,14 +25,14 @@ from torch.fx.node import has_side_effect
 from msched.compile.runtime import current_runtime
 
 _lib = torch.library.Library("msched", "FRAGMENT")
-_lib.define("set_stream(int stream) -> ()")
+_lib.define("set_stream(int stream, int[] wait_events=[]) -> ()")
 _lib.define("record_event(int event) -> ()")
 _lib.define("wait_event(int event) -> ()")
 _lib.define("record_stream(Tensor t, int stream) -> ()")
 
 
-def _set_stream(stream: int) -> None:
-    current_runtime().set_stream(stream)
+def _set_stream(stream: int, wait_events: list[int] | None = None) -> None:
+    current_runtime().set_stream(stream, wait_events)
 
 
 def _record_event(event: int) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -69,11 +69,16 @@ class StreamRuntime:
             self._events[key] = self._api.Event()
         return self._events[key]
 
-    def set_stream(self, stream: int) -> None:
-        """Issue later work on ``stream`` (0: the caller's stream)."""
+    def set_stream(self, stream: int, wait_events: Sequence[int] | None = None) -> None:
+        """Issue later work on ``stream`` (0: the caller's stream), after it waited for the
+        last record of each of ``wait_events`` (`msched.ops`: a switch and its waits)."""
         if not self.enabled():
             return
-        self._api.set_stream(self._stream(stream))
+        target = self._stream(stream)
+        if wait_events:
+            for event in wait_events:
+                target.wait_event(self._event(event))
+        self._api.set_stream(target)
         self._current = stream
         if stream == 0 and self._depth == 0:
             # Not inside active(): the next graph may start on another caller stream.

@@ -74,6 +74,8 @@ _LANE = re.compile(r"s(\d+) *\| (.*)$")
 _COMPUTE = re.compile(r"([A-Za-z_]\w*) = (.*)$")
 _RECORD = re.compile(r"record (?:@(\S+)|e(\d+))$")
 _WAIT = re.compile(r"wait (?:@(\S+)|e(\d+)(?: \(unrecorded\))?)$")
+_SWITCH = re.compile(r"switch, wait ((?:(?:@\S+|e\d+(?: \(unrecorded\))?)(?: |$))+)$")
+_SWITCH_EVENT = re.compile(r"@(\S+)|e(\d+)(?: \(unrecorded\))?")
 _RECORD_STREAM = re.compile(r"record_stream\((.*), s(\d+)\)$")
 _IDENT = re.compile(r"(?<![\w.'\"])([A-Za-z_]\w*)(?!\s*=[^=])(?![\w'\"])")
 _MAX_NAMED = 4  # dependents named in a node's line before "and N more"
@@ -272,20 +274,29 @@ def _parse_line(
             event = 2 * int(old)
         b.stream_op("record_event", stream, body, event)
     elif (m := _WAIT.match(body)) is not None:
-        name, old = m.groups()
-        if name is not None:
-            if name not in record_ids:
-                raise InvalidArgumentError(f"{at}: 'wait @{name}' before any 'record @{name}'")
-            event = record_ids[name]
-        else:
-            event = 2 * int(old)
-        b.stream_op("wait_event", stream, body, event)
+        b.stream_op("wait_event", stream, body, _waited(m.groups(), at, record_ids))
+    elif (m := _SWITCH.match(body)) is not None:
+        b.stream_op("set_stream", stream, "switch", to_stream=stream)
+        b.text[b.steps[-1].node] = None
+        for found in _SWITCH_EVENT.finditer(m.group(1)):
+            label = f"wait {found.group(0)}"
+            b.stream_op("wait_event", stream, label, _waited(found.groups(), at, record_ids))
     elif (m := _RECORD_STREAM.match(body)) is not None:
         tensor, to = m.groups()
         b.stream_op("record_stream", stream, body, to_stream=_int(to, at), tensor=None)
         b.text[b.steps[-1].node] = tensor
     else:
         raise InvalidArgumentError(f"{at}: cannot read {body[:60]!r}")
+
+
+def _waited(groups: tuple[str | None, ...], at: str, record_ids: dict[str, int]) -> int:
+    """The event id of a wait on ``@name`` (a record line before it) or ``eK`` (old texts)."""
+    name, old = groups
+    if name is None:
+        return 2 * int(str(old))
+    if name not in record_ids:
+        raise InvalidArgumentError(f"{at}: 'wait @{name}' before any 'record @{name}'")
+    return record_ids[name]
 
 
 def _parse_json(doc: Any, where: str) -> ParsedSchedule:
@@ -300,11 +311,25 @@ def _parse_json(doc: Any, where: str) -> ParsedSchedule:
             _number_text(doc["lower_bound"]),
         )
         b = _Builder()
+        previous: dict[str, Any] = {}
         for k, item in enumerate(doc["nodes"]):
+            if _waits_in_switch(previous, item):  # the text's 'switch, wait ...' line
+                b.stream_op("set_stream", int(item["stream"]), "switch", to_stream=item["stream"])
+                b.text[b.steps[-1].node] = None
             _json_node(b, item, f"{where}, nodes[{k}]")
+            previous = item
     except (KeyError, TypeError, ValueError) as error:
         raise InvalidArgumentError(f"{where}: malformed schedule JSON ({error!r})") from None
     return _finish(b, head, where)
+
+
+def _waits_in_switch(previous: dict[str, Any], item: dict[str, Any]) -> bool:
+    """Whether ``item`` is the first wait of the switch ``previous`` (one node, two entries)."""
+    return (
+        item["kind"] == "wait_event"
+        and previous.get("kind") == "set_stream"
+        and previous.get("name") == item["name"]
+    )
 
 
 def _json_node(b: _Builder, item: dict[str, Any], at: str) -> None:
@@ -731,6 +756,8 @@ def _lines_of(p: ParsedSchedule, texts: bool) -> list[tuple[object, ...]]:
         elif step.kind == "wait_event":
             record = p.binding[node]
             out.append((s, "wait", None if record is None else p.record_name[record]))
+        elif step.kind == "set_stream":
+            continue  # a switch that waits is one line with its waits: the same sync
         else:
             out.append((s, step.kind, step.to_stream, p.text[node] if texts else None))
     return out
@@ -738,7 +765,9 @@ def _lines_of(p: ParsedSchedule, texts: bool) -> list[tuple[object, ...]]:
 
 def same_schedule(a: ParsedSchedule, b: ParsedSchedule) -> bool:
     """Whether ``a`` and ``b`` print the same text (arguments and tensors compared where both
-    know them: JSON does not keep them)."""
+    know them: JSON does not keep them), up to how waits are grouped: ``switch, wait @a @b``
+    is the same sync as ``wait @a`` and ``wait @b`` lines after a change of lane (the text of
+    earlier versions, or a dialect without a switch that waits)."""
     texts = all(t is not None for p in (a, b) for t in p.text.values())
     head_a = (a.num_streams, a.num_events, a.num_waits, a.makespan, a.lower_bound)
     head_b = (b.num_streams, b.num_events, b.num_waits, b.makespan, b.lower_bound)

@@ -14,7 +14,7 @@ from torch.fx import Node
 
 from msched.analysis.cost import CostModel
 from msched.pictures.labels import format_number
-from msched.pictures.text import node_text, step_text
+from msched.pictures.text import node_text, step_text, switch_text
 from msched.pictures.view import (
     View,
     dependencies_by_name,
@@ -219,9 +219,11 @@ def _stream_op_lines(e: _Explained, node: Node) -> list[str]:
     steps = e.v.program.steps
     i = host_index(e.v, node)
     step = steps[i]
-    head = [
-        f"{node.name}: {step_text(step, e.v.names)}, a stream op issued on stream {step.stream}"
-    ]
+    text = step_text(step, e.v.names)
+    if step.kind == "set_stream":  # a switch, with the waits of the same node after it
+        own = [t for t in steps[i + 1 :] if t.node is node and t.kind == "wait_event"]
+        text = switch_text(own, e.v.names) if own else text
+    head = [f"{node.name}: {text}, a stream op issued on stream {step.stream}"]
     if step.kind == "record_event":
         use = next(u for u in e.v.events if u.record is step)
         waits = ", ".join(f"{w.node.name} (stream {w.stream})" for w in use.waits) or "nothing"

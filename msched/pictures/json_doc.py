@@ -27,8 +27,11 @@ def schedule_data(
 ) -> dict[str, Any]:
     """The schedule as plain data: the document `render_json` writes.
 
-    ``nodes`` lists every node in host order with ``name``, ``op``, ``kind`` (``compute`` or
-    the stream-op kind), ``stream``, ``start`` and ``end``, and for a stream op its ``arg``
+    ``nodes`` lists every action in host order (one entry per node, except a stream op that
+    does several things: a switch that waits, ``set_stream(s, [a, b])``, is a ``set_stream``
+    entry and then one ``wait_event`` entry per event, all with the node's name) with
+    ``name``, ``op``, ``kind`` (``compute`` or the action's kind), ``stream``, ``start`` and
+    ``end``, and for a stream op its ``arg``
     (the event id of a record or wait, the stream of a ``set_stream`` or ``record_stream``);
     records and waits also carry ``event_name``, the stable name the canonical text prints
     (``"@add_tensor_2"``; for a wait the name of the record it binds to, null for none).

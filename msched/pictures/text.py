@@ -19,7 +19,15 @@ from msched.pictures.view import View, view_of
 from msched.proof.dialects import Step
 from msched.scheduling.pipeline import Schedule
 
-__all__ = ["format_arg", "header_lines", "lane_lines", "node_text", "render_text", "step_text"]
+__all__ = [
+    "format_arg",
+    "header_lines",
+    "lane_lines",
+    "node_text",
+    "render_text",
+    "step_text",
+    "switch_text",
+]
 
 
 def format_arg(value: Any) -> str:
@@ -79,14 +87,24 @@ def step_text(step: Step, names: EventNames | None = None) -> str:
     dialect the graph's ops have; a stream op they do not cover prints ``eK``.
     """
     if step.kind in ("record_event", "wait_event"):
-        if names is None:
-            names = event_names_of_graph(step.node.graph)
-        event = names.text(step) if names is not None else f"e{step.event}"
+        event = _event_text(step, names)
         return f"{'record' if step.kind == 'record_event' else 'wait'} {event}"
     if step.kind == "record_stream":
         tensor = step.tensor.name if step.tensor is not None else "?"
         return f"record_stream({tensor}, s{step.to_stream})"
     return node_text(step.node)
+
+
+def _event_text(step: Step, names: EventNames | None) -> str:
+    if names is None:
+        names = event_names_of_graph(step.node.graph)
+    return names.text(step) if names is not None else f"e{step.event}"
+
+
+def switch_text(waits: Iterable[Step], names: EventNames | None = None) -> str:
+    """A switch and the waits of the same node right after it: ``switch, wait @add_3 @mul_5``
+    (each wait named as `step_text` names it)."""
+    return "switch, wait " + " ".join(_event_text(w, names) for w in waits)
 
 
 def header_lines(v: View) -> list[str]:
@@ -101,15 +119,28 @@ def lane_lines(v: View, steps: Iterable[Step] | None = None) -> list[str]:
     """One line per step: ``s1 |   mm_3 = aten.mm.default(mul_2, l0_wq)``.
 
     The lane column and an indentation of two spaces per stream show the stream a node is
-    issued on; ``set_stream`` nodes are folded into it (the lane changes where they stood).
+    issued on; a switch is folded into it (the lane changes where it stood), except a switch
+    that waits: it and its waits are one line, ``s1 |   switch, wait @add_3 @mul_5``.
     """
     width = len(str(max(v.num_streams - 1, 0)))
     lines = []
-    for step in v.program.steps if steps is None else steps:
+    todo = list(v.program.steps if steps is None else steps)
+    i = 0
+    while i < len(todo):
+        step = todo[i]
+        i += 1
         if step.kind == "set_stream":
-            continue
+            waits = []
+            while i < len(todo) and todo[i].kind == "wait_event" and todo[i].node is step.node:
+                waits.append(todo[i])
+                i += 1
+            if not waits:
+                continue
+            text = switch_text(waits, v.names)
+        else:
+            text = step_text(step, v.names)
         lane = f"s{step.stream}".ljust(width + 1)
-        lines.append(f"{lane} | {'  ' * step.stream}{step_text(step, v.names)}")
+        lines.append(f"{lane} | {'  ' * step.stream}{text}")
     return lines
 
 
@@ -119,12 +150,13 @@ def render_text(obj: Schedule | GraphModule, cost_model: CostModel | None = None
     A header (``# streams S, events E, waits W`` and ``# makespan M, lower bound L``), then
     one line per node in emission (host) order: the stream lane ``sN |``, an indentation of two
     spaces per stream, and the node (``name = op(args)``, ``record @add_tensor_2``,
-    ``wait @add_tensor_2``, ``record_stream(t, sN)``).  Records and waits are named after the
+    ``wait @add_tensor_2``, ``record_stream(t, sN)``; a switch with its waits:
+    ``switch, wait @add_tensor_2 @mm_3``).  Records and waits are named after the
     point they mark, not by event id (`msched.pictures.naming`: ``@node``, ``@entry.sN``,
-    ``@node#2``), so adding one event leaves every other line unchanged.  ``set_stream`` nodes
-    are folded into the lane column: a change of lane is where one stood.  ``output`` is last
-    (anything after it would be shown after it).  The text ends with a newline and is
-    identical across runs, processes and hash seeds.
+    ``@node#2``), so adding one event leaves every other line unchanged.  A switch that waits
+    for nothing is folded into the lane column: a change of lane is where one stood.
+    ``output`` is last (anything after it would be shown after it).  The text ends with a
+    newline and is identical across runs, processes and hash seeds.
     """
     v = view_of(obj, cost_model)
     return "\n".join(header_lines(v) + lane_lines(v)) + "\n"

@@ -145,7 +145,7 @@ def _module_view(gm: GraphModule, cost_model: CostModel) -> View:
         program=program,
         num_streams=program.num_streams,
         num_events=len({e.event for e in events if e.record is not None}),
-        num_waits=sum(1 for s in program.steps if s.kind == "wait_event"),
+        num_waits=program.num_waits,
         makespan=timeline.makespan,
         lower_bound=timeline.lower_bound,
         start=start,

@@ -7,9 +7,11 @@ Rules (DESIGN.md, Emit):
 - an auxiliary stream has joined stream 0 before its first node, because graph inputs are
   ready only on stream 0: it waits on the entry event (recorded on stream 0 after the
   preamble) unless a wait for a dependency on stream 0 already joined it;
-- a cross-stream dependency gets a ``record_event`` right after the producer and a
-  ``wait_event`` before the consumer, unless the consumer's stream already happens-after the
-  producer (vector clocks are tracked while emitting, so no redundant wait is emitted);
+- a cross-stream dependency gets a ``record_event`` right after the producer and a wait
+  before the consumer, unless the consumer's stream already happens-after the producer
+  (vector clocks are tracked while emitting, so no redundant wait is emitted);
+- a switch and the waits right after it are one node, ``set_stream(s, [e1, e2])``; a wait
+  where no switch happens (the stream continues) is a ``wait_event`` node of its own;
 - a tensor used on another stream than the one that allocated it gets ``record_stream`` for
   that stream only where the allocator could otherwise reuse its block too early
   (`msched.analysis.lifetimes`);
@@ -72,6 +74,7 @@ class _Emitter:
         self.issued: list[Node] = []  # after the preamble: nodes and the stream ops between
         self.computed: list[Node] = []  # the preamble and the emitted nodes, in host order
         self.stream_ops: list[Node] = []  # every stream-op node created
+        self.switch_waits: dict[Node, list[int]] = {}  # set_stream node -> the events it waits
         self.stream_of: dict[Node, int] = {}  # every node (stream ops included) -> its stream
         self.current = 0  # the stream later nodes are issued on
         self.num_waits = 0
@@ -82,15 +85,19 @@ class _Emitter:
         self.clock[0][0] = self.entry_position = len(preamble)
         self.entry_clock = tuple([self.entry_position] + [-1] * (n - 1))
 
-    def _new(self, op: Callable[..., Any], args: tuple[Any, ...], name: str, stream: int) -> Node:
+    def _new(
+        self, op: Callable[..., Any], args: tuple[Any, ...] | None, name: str, stream: int
+    ) -> Node:
         """A new stream-op node on ``stream`` (not yet in its place in the graph).
 
-        The arguments are set after creation: `Graph.create_node` scans them for raw symbolic
-        values, which our literal ints and tensor nodes never are, and that scan is the
-        larger part of its cost for thousands of stream ops.
+        The arguments are set after creation (``args`` None: later, by the caller):
+        `Graph.create_node` scans them for raw symbolic values, which our literal ints and
+        tensor nodes never are, and that scan is the larger part of its cost for thousands
+        of stream ops.
         """
         node = self.graph.create_node("call_function", op, None, None, name=name)
-        node.args = args
+        if args is not None:
+            node.args = args
         self.stream_ops.append(node)
         self.stream_of[node] = stream
         return node
@@ -111,7 +118,25 @@ class _Emitter:
     def _switch(self, s: int) -> None:
         if s != self.current:
             self.current = s
-            self._put(ops.set_stream, (s,), "set_stream")
+            node = self._new(ops.set_stream, None, "set_stream", s)
+            self.switch_waits[node] = []
+            self.issued.append(node)
+
+    def _wait(self, event: int) -> None:
+        """The current stream waits for ``event``: in the switch right before, if there is
+        one (`finish_switches` writes its arguments), else a ``wait_event`` of its own."""
+        self.num_waits += 1
+        waits = self.switch_waits.get(self.issued[-1]) if self.issued else None
+        if waits is not None:
+            waits.append(event)
+        else:
+            self._put(ops.wait_event, (event,), "wait_event")
+
+    def finish_switches(self) -> None:
+        """Write the arguments of every switch: ``(s,)``, or ``(s, events)`` when it waits."""
+        stream_of = self.stream_of
+        for node, events in self.switch_waits.items():
+            node.args = (stream_of[node], events) if events else (stream_of[node],)
 
     def _join(self, s: int, other: tuple[int, ...]) -> None:
         """Stream ``s`` has waited for a point whose clock is ``other``."""
@@ -127,8 +152,7 @@ class _Emitter:
             return
         if self.entry_record is None:
             self.entry_record = self._new(ops.record_event, (0,), "record_event", 0)
-        self._put(ops.wait_event, (0,), "wait_event")
-        self.num_waits += 1
+        self._wait(0)
         self._join(s, self.entry_clock)
 
     def _event_for(self, producer: Node) -> int:
@@ -171,8 +195,7 @@ class _Emitter:
             if not any(clock_after[o][t] >= position[dep] for u, o in latest.items() if u != t)
         ]
         for dep in needed:
-            self._put(ops.wait_event, (self._event_for(dep),), "wait_event")
-            self.num_waits += 1
+            self._wait(self._event_for(dep))
             self._join(s, clock_after[dep])
 
     def emit(self, node: Node, s: int) -> None:
@@ -261,6 +284,7 @@ def plan_emission(graph: Graph, dag: Dag, a: Assignment) -> Emission:
         for succ in succs[node]:
             pending[succ] -= 1
     em.finish(dag.output)
+    em.finish_switches()
     order = _link_order(em, inputs, pre, dag.output)
     return Emission(
         order=tuple(order),

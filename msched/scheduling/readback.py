@@ -45,7 +45,6 @@ def read_schedule(
     program = interpret(gm, chosen)
     timeline = simulate(gm, model, chosen)
     events = {s.event for s in program.steps if s.kind == "record_event"}
-    waits = sum(1 for s in program.steps if s.kind == "wait_event")
     bound = timeline.lower_bound
     if original is not None:
         serial = serial_assignment(build_dag(original), model)
@@ -55,7 +54,7 @@ def read_schedule(
         program.num_streams,
         dict(program.stream_of),
         len(events),
-        waits,
+        program.num_waits,
         timeline.makespan,
         bound,
         None,

@@ -24,6 +24,8 @@ from .hb import happens_before
 
 FAULTS = (
     "drop-wait",
+    "move-wait",
+    "unrecorded-switch-wait",
     "capture-after-output",
     "move-stream",
     "drop-record-stream",
@@ -78,12 +80,131 @@ def _drop(faulty: GraphModule, node: Node) -> None:
     faulty.graph.erase_node(node)
 
 
+def wait_sites(gm: GraphModule) -> list[str]:
+    """Every wait of ``gm``: ``wait_event_3`` (a node of its own) or ``set_stream_2[1]``
+    (event 1 of a switch's list, `msched.ops`)."""
+    sites = []
+    for node in gm.graph.nodes:
+        if node.target is msched.ops.wait_event:
+            sites.append(node.name)
+        elif node.target is msched.ops.set_stream:
+            sites += [f"{node.name}[{i}]" for i in range(len(_switch_waits(node)))]
+    return sites
+
+
+def _switch_waits(node: Node) -> list[int]:
+    return list(node.args[1]) if len(node.args) > 1 else []
+
+
+def _site(gm: GraphModule, site: str) -> tuple[Node, int | None]:
+    """The node of a wait site and, for a switch, the index in its list."""
+    name, _, index = site.partition("[")
+    return _node(gm, name), int(index[:-1]) if index else None
+
+
+def _set_waits(node: Node, events: list[int]) -> None:
+    node.args = (node.args[0], events) if events else (node.args[0],)
+
+
+def _drop_wait(faulty: GraphModule, site: str) -> int:
+    """Remove the wait at ``site``; return its event."""
+    node, index = _site(faulty, site)
+    if index is None:
+        faulty.graph.erase_node(node)
+        return int(node.args[0])  # type: ignore[arg-type]
+    events = _switch_waits(node)
+    event = events.pop(index)
+    _set_waits(node, events)
+    return event
+
+
+def drop_wait_step(gm: GraphModule, index: int) -> str:
+    """Remove the wait that is step ``index`` of ``interpret(gm)`` in place (its
+    ``wait_event`` node, or its event out of a switch's list) and recompile; return its site."""
+    step = interpret(gm).steps[index]
+    assert step.kind == "wait_event", step
+    node = step.node
+    if node.target is msched.ops.wait_event:
+        site = node.name
+    else:
+        first = next(i for i, st in enumerate(interpret(gm).steps) if st.node is node)
+        site = f"{node.name}[{index - first - 1}]"  # the switch is the node's first step
+    _drop_wait(gm, site)
+    gm.recompile()
+    return site
+
+
+def drop_last_wait(gm: GraphModule) -> str:
+    """Remove the last wait of ``gm`` in host order (`drop_wait_step`); return its site."""
+    steps = interpret(gm).steps
+    return drop_wait_step(gm, max(i for i, st in enumerate(steps) if st.kind == "wait_event"))
+
+
+_MISSED_WAIT = frozenset({"race", "exit-not-joined"})
+
+
 def drop_wait(gm: GraphModule, original: GraphModule, limit: int | None) -> Iterator[Fault]:
-    waits = [n.name for n in gm.graph.nodes if n.target is msched.ops.wait_event]
-    for site in _spread(waits, limit):
-        yield Fault(
-            "drop-wait", site, _apply(gm, site, _drop), frozenset({"race", "exit-not-joined"})
-        )
+    for site in _spread(wait_sites(gm), limit):
+        faulty = copy_module(gm)
+        _drop_wait(faulty, site)
+        yield Fault("drop-wait", site, faulty, _MISSED_WAIT)
+
+
+def _next_on_stream(gm: GraphModule, node: Node) -> tuple[Node | None, Node | None]:
+    """After stream-op ``node``: the next compute node of its stream (None: ``output`` or
+    none) and the next switch to its stream after that node (None: none)."""
+    program = interpret(gm)
+    steps = program.steps
+    at = max(i for i, st in enumerate(steps) if st.node is node)
+    s = steps[at].stream
+    user = next((st.node for st in steps[at + 1 :] if st.kind == "compute"), None)
+    if user is None or user.op == "output" or program.stream_of[user] != s:
+        return None, None
+    later = steps[[st.node for st in steps].index(user) :]
+    switch = next((st.node for st in later if st.kind == "set_stream" and st.stream == s), None)
+    return user, switch
+
+
+def move_wait(gm: GraphModule, original: GraphModule, limit: int | None) -> Iterator[Fault]:
+    """Move an event out of a switch's list to a later point of its stream, past the node it
+    was emitted for: into the next switch to that stream (another fused op) when there is
+    one, and as a ``wait_event`` right after that node (another position)."""
+    sites = [site for site in wait_sites(gm) if "[" in site]
+    for site in _spread(sites, limit):
+        node, _ = _site(gm, site)
+        user, switch = _next_on_stream(gm, node)
+        if user is None:
+            continue
+        if switch is not None:
+            faulty = copy_module(gm)
+            event = _drop_wait(faulty, site)
+            later = _node(faulty, switch.name)
+            _set_waits(later, [*_switch_waits(later), event])
+            yield Fault("move-wait", f"{site} -> {switch.name}", faulty, _MISSED_WAIT)
+        faulty = copy_module(gm)
+        event = _drop_wait(faulty, site)
+        with faulty.graph.inserting_after(_node(faulty, user.name)):
+            faulty.graph.call_function(msched.ops.wait_event, (event,))
+        yield Fault("move-wait", f"{site} -> after {user.name}", faulty, _MISSED_WAIT)
+
+
+def unrecorded_switch_wait(
+    gm: GraphModule, original: GraphModule, limit: int | None
+) -> Iterator[Fault]:
+    """Point one event of a switch's list at an event that is never recorded."""
+    never = _never_recorded(gm)
+    for site in _spread([site for site in wait_sites(gm) if "[" in site], limit):
+        faulty = copy_module(gm)
+        node, index = _site(faulty, site)
+        events = _switch_waits(node)
+        events[index or 0] = never
+        _set_waits(node, events)
+        yield Fault("unrecorded-switch-wait", site, faulty, frozenset({"unrecorded-event"}))
+
+
+def _never_recorded(gm: GraphModule) -> int:
+    events = [n.args[0] for n in gm.graph.nodes if n.target is msched.ops.record_event]
+    return max((e for e in events if isinstance(e, int)), default=0) + 100
 
 
 def input_writers(original: GraphModule) -> list[str]:
@@ -171,8 +292,7 @@ def redundant_record_streams(gm: GraphModule, original: GraphModule) -> list[str
 
 
 def unrecorded_wait(gm: GraphModule, original: GraphModule, limit: int | None) -> Iterator[Fault]:
-    events = [n.args[0] for n in gm.graph.nodes if n.target in (msched.ops.record_event,)]
-    never = max((e for e in events if isinstance(e, int)), default=0) + 100
+    never = _never_recorded(gm)
 
     def wait(faulty: GraphModule, node: Node) -> None:
         with faulty.graph.inserting_before(node):
@@ -238,6 +358,8 @@ def delete_node(gm: GraphModule, original: GraphModule, limit: int | None) -> It
 
 INJECTORS: dict[str, Callable[[GraphModule, GraphModule, int | None], Iterator[Fault]]] = {
     "drop-wait": drop_wait,
+    "move-wait": move_wait,
+    "unrecorded-switch-wait": unrecorded_switch_wait,
     "capture-after-output": capture_after_output,
     "move-stream": move_stream,
     "drop-record-stream": drop_record_stream,

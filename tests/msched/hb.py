@@ -16,6 +16,7 @@ from msched.proof.dialects import interpret
 @dataclass(frozen=True)
 class Wait:
     node: Node
+    step: int  # the wait's index in the program's steps (a node may hold several waits)
     stream: int
     before: tuple[int, ...]
     event: tuple[int, ...]
@@ -34,8 +35,11 @@ class HappensBefore:
         return self.knows[after][stream] >= seq
 
 
-def happens_before(gm: GraphModule, skip: frozenset[str] = frozenset()) -> HappensBefore:
-    """Read ``gm``'s stream ops in host order, ignoring the nodes named in ``skip``."""
+def happens_before(
+    gm: GraphModule, skip: frozenset[str] = frozenset(), skip_steps: frozenset[int] = frozenset()
+) -> HappensBefore:
+    """Read ``gm``'s stream ops in host order, ignoring the nodes named in ``skip`` and the
+    steps at the indices ``skip_steps`` (one wait of a switch that waits on several)."""
     prog = interpret(gm)
     n = prog.num_streams
     vc = [[-1] * n for _ in range(n)]
@@ -46,8 +50,8 @@ def happens_before(gm: GraphModule, skip: frozenset[str] = frozenset()) -> Happe
     knows: dict[str, tuple[int, ...]] = {}
     waits: list[Wait] = []
     entry: int | None = None
-    for step in prog.steps:
-        if step.node.name in skip:
+    for index, step in enumerate(prog.steps):
+        if step.node.name in skip or index in skip_steps:
             continue
         s = step.stream
         if entry is None and step.kind != "compute":
@@ -61,7 +65,7 @@ def happens_before(gm: GraphModule, skip: frozenset[str] = frozenset()) -> Happe
         elif step.kind == "wait_event":
             assert step.event is not None
             snap = events[step.event]
-            waits.append(Wait(step.node, s, tuple(vc[s]), snap))
+            waits.append(Wait(step.node, index, s, tuple(vc[s]), snap))
             vc[s] = [max(a, b) for a, b in zip(vc[s], snap, strict=True)]
         elif step.kind == "compute":
             count[s] += 1

@@ -19,6 +19,7 @@ BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
             ["ratio", "recompile/floor", "analysis_ms", "waits/node", "makespan/lb"],
         ),
         ("bench_verify.py", ["nodes"]),
+        ("bench_forward.py", ["streamops/compute", "unscheduled_ms", "scheduled_ms", "ratio"]),
     ],
 )
 def test_benchmark_prints_its_table(script: str, columns: list[str]) -> None:

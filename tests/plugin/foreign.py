@@ -78,7 +78,19 @@ DIALECT = msched.Dialect.from_namespace(NAMESPACE)
 
 
 def translate(gm: GraphModule) -> GraphModule:
-    """Rewrite msched's stream ops of ``gm`` into this namespace (in place); return ``gm``."""
+    """Rewrite msched's stream ops of ``gm`` into this namespace (in place); return ``gm``.
+
+    This namespace has the plain four ops: a switch that waits (``set_stream(s, [a, b])``)
+    becomes ``set_stream(s)``, ``wait_event(a)``, ``wait_event(b)``.
+    """
+    for node in list(gm.graph.nodes):
+        if node.target is msched.ops.set_stream and len(node.args) > 1:
+            stream, events = node.args
+            node.args = (stream,)
+            at = node
+            for event in events:  # type: ignore[union-attr]
+                with gm.graph.inserting_after(at):
+                    at = gm.graph.call_function(msched.ops.wait_event, (event,))
     for node in gm.graph.nodes:
         if node.target in STREAM_OPS:
             node.target = STREAM_OPS[node.target]

@@ -155,8 +155,19 @@ def move_last_capture_after_output(stack, sched):
 
 
 def delete_wait_before_output(gm):
-    waits = [n for n in gm.graph.nodes if n.target is torch.ops.msched.wait_event.default]
-    gm.graph.erase_node(waits[-1])
+    ops = torch.ops.msched
+    waiting = [
+        n
+        for n in gm.graph.nodes
+        if n.target is ops.wait_event.default
+        or (n.target is ops.set_stream.default and len(n.args) > 1)
+    ]
+    last = waiting[-1]
+    if last.target is ops.wait_event.default:
+        gm.graph.erase_node(last)
+    else:  # a switch that waits: drop its last event
+        kept = list(last.args[1][:-1])
+        last.args = (last.args[0], kept) if kept else (last.args[0],)
     gm.recompile()
 
 

@@ -20,6 +20,8 @@ from pytest_msched import (
 from pytest_msched._options import parse_streams, parse_streams_text
 from pytest_msched._session import GraphRecord, SessionStats
 
+from ..msched.faults import drop_last_wait
+
 
 @pytest.fixture(scope="module")
 def scheduled() -> tuple[msched.Schedule, list[str]]:
@@ -96,8 +98,7 @@ def test_exit_waits_on_every_capture_and_names_the_missing_join(
     for name in captures:
         assert_exit_waits_on(sched.gm, name)
     gm = torch.fx.GraphModule(sched.gm, sched.gm.graph.__deepcopy__())
-    last_wait = [n for n in gm.graph.nodes if n.target is msched.ops.wait_event][-1]
-    gm.graph.erase_node(last_wait)
+    drop_last_wait(gm)
     with pytest.raises(
         AssertionError, match=rf"output on stream 0 does not wait for {captures[-1]}"
     ):

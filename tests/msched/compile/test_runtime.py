@@ -222,3 +222,26 @@ def test_a_scheduled_graph_drives_the_runtime_consistently() -> None:
     assert api.current.name == "caller"
     waits = [entry for entry in api.log if entry[0] == "wait"]
     assert waits and all(last is not None for *_, last in waits)  # recorded before waited
+
+
+def test_a_switch_that_waits_waits_on_the_new_stream_for_each_event() -> None:
+    api = FakeCuda()
+    rt = StreamRuntime(api)
+    with rt.active():
+        rt.record_event(0)
+        rt.set_stream(1, [0])
+        rt.record_event(1)
+        rt.set_stream(0, [1, 0])
+        msched.ops.set_stream(1, [1])  # the op, through the active runtime
+    assert api.log == [
+        ("record", "caller", "e0"),
+        ("wait", "aux1", "e0", "caller"),
+        ("set", "aux1"),
+        ("record", "aux1", "e1"),
+        ("wait", "caller", "e1", "aux1"),
+        ("wait", "caller", "e0", "caller"),
+        ("set", "caller"),
+        ("wait", "aux1", "e1", "aux1"),
+        ("set", "aux1"),
+        ("set", "caller"),  # leaving the block
+    ]

@@ -135,3 +135,64 @@ def test_steps_name_the_event_or_the_stream_of_each_stream_op() -> None:
     keep = program.steps[6]
     assert keep.tensor is not None and keep.tensor.name == "a"
     assert all(s.tensor is None for s in program.steps if s.kind != "record_stream")
+
+
+def _switch_graph(fused: bool) -> GraphModule:
+    """Stream 1 waits for events 0 and 2 right after switching: one node or three."""
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    g.call_function(msched.ops.record_event, (0,))
+    g.call_function(msched.ops.record_event, (2,))
+    if fused:
+        g.call_function(msched.ops.set_stream, (1, [0, 2]))
+    else:
+        g.call_function(msched.ops.set_stream, (1,))
+        g.call_function(msched.ops.wait_event, (0,))
+        g.call_function(msched.ops.wait_event, (2,))
+    y = g.call_function(aten.relu.default, (x,))
+    g.call_function(msched.ops.record_event, (1,))
+    g.call_function(msched.ops.set_stream, (0,), {"wait_events": [1]} if fused else {})
+    if not fused:
+        g.call_function(msched.ops.wait_event, (1,))
+    g.output(y)
+    return GraphModule(torch.nn.Module(), g)
+
+
+def _actions(gm: GraphModule) -> list[tuple[object, ...]]:
+    return [(s.kind, s.stream, s.event, s.to_stream) for s in interpret(gm).steps]
+
+
+def test_a_switch_that_waits_reads_as_the_switch_then_one_wait_per_event() -> None:
+    fused, plain = _switch_graph(True), _switch_graph(False)
+    assert _actions(fused) == _actions(plain)  # positional and keyword lists alike
+    assert interpret(fused).num_waits == 3
+    steps = interpret(fused).steps
+    switch = next(s.node for s in steps if s.kind == "set_stream")
+    assert [s.kind for s in steps if s.node is switch] == ["set_stream", "wait_event", "wait_event"]
+    assert msched.verify(fused).ok and msched.verify(plain).ok
+    x = torch.tensor([-1.0, 2.0])
+    assert torch.equal(fused(x), plain(x))  # no-ops on CPU
+
+
+def test_the_plain_four_ops_and_trtllm_read_as_before() -> None:
+    plain = _switch_graph(False)
+    switches = [s for s in interpret(plain).steps if s.kind == "set_stream"]
+    assert all(len(s.node.args) == 1 for s in switches)  # set_stream(s): a switch, no wait
+    assert [s.node for s in interpret(plain).steps if s.kind == "wait_event"] == [
+        n for n in plain.graph.nodes if n.target is msched.ops.wait_event
+    ]
+    ns = getattr(torch.ops, NAMESPACE)  # the four-op shape in another namespace (trtllm's)
+    for node in plain.graph.nodes:
+        if node.target in msched.ops.STREAM_OPS:
+            node.target = getattr(ns, node.target._schema.name.split("::")[1]).default
+    assert _actions(plain) == _actions(_switch_graph(False))
+    assert interpret(plain, Dialect.from_namespace(NAMESPACE)).num_waits == 3
+
+
+@pytest.mark.parametrize("events", [5, [1, -2], [1, "e"], [True]])
+def test_a_switch_waits_only_for_literal_event_ids(events: object) -> None:
+    g = torch.fx.Graph()
+    g.call_function(msched.ops.set_stream, (1, events))
+    g.output(None)
+    with pytest.raises(msched.InvalidGraphError, match="set_stream node 'set_stream_default'"):
+        interpret(g)

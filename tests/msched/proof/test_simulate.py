@@ -11,6 +11,7 @@ from msched.proof.clocks import clocks_of
 from msched.proof.dialects import interpret
 from msched.testing.decoders import decoder_stack
 
+from ..faults import drop_wait_step
 from ..graphs import cyclic_graph, within
 from ..hb import happens_before as hb_reader
 from ..scheduled import Scheduled, aten, two_streams, two_streams_inputs, unscheduled
@@ -39,9 +40,7 @@ def drop_the_join_of(gm: GraphModule, capture: str) -> str:
     stream, seq = hb.position[capture]
     joins = [w for w in hb.waits if w.stream == 0 and w.event[stream] >= seq > w.before[stream]]
     assert len(joins) == 1, joins
-    name = joins[0].node.name
-    gm.graph.erase_node(joins[0].node)
-    return name
+    return drop_wait_step(gm, joins[0].step)
 
 
 def test_teeth_a_dropped_join_of_the_last_capture_is_caught_twice() -> None:

@@ -13,6 +13,7 @@ from torch.fx import GraphModule
 import msched
 import msched.testing.strategies as mst
 from msched.analysis.nodes import INPUT_OPS
+from msched.proof.dialects import interpret
 from msched.scheduling import pipeline
 from msched.testing.decoders import decoder_stack
 
@@ -142,7 +143,7 @@ def test_scheduled_module_runs_without_recompile_and_keeps_names() -> None:
     assert set(kept) == set(original_nodes)  # the same Node objects, rewired in place
     x, dest = stack.example_inputs()
     assert torch.equal(stack.gm(x, dest), expected_out) and torch.equal(dest, expected_dest)
-    assert sched.num_waits == len(stream_op_nodes(stack.gm, msched.ops.wait_event))
+    assert sched.num_waits == interpret(stack.gm).num_waits
     records = stream_op_nodes(stack.gm, msched.ops.record_event)
     assert sched.num_events == len({n.args[0] for n in records}) == len(records)
     assert [n.name for n in sched.original.graph.nodes] == before
@@ -176,7 +177,7 @@ def assert_no_redundant_wait(
     hb = happens_before(gm)
     assert _all_ordered(hb, pairs), "the schedule itself leaves a dependency unordered"
     for wait in hb.waits:
-        without = happens_before(gm, skip=frozenset({wait.node.name}))
+        without = happens_before(gm, skip_steps=frozenset({wait.step}))
         assert not _all_ordered(without, pairs), (
             f"{wait.node.name} on stream {wait.stream} is redundant: every dependency is "
             "ordered without it"
@@ -346,3 +347,22 @@ def test_the_most_streams_allowed_schedule_and_verify() -> None:
     assert sched.num_streams == msched.MAX_STREAMS
     report = msched.verify(gm, original=sched.original, num_streams=msched.MAX_STREAMS)
     assert report.ok, str(report)
+
+
+def test_a_switch_and_the_waits_right_after_it_are_one_node() -> None:
+    stack = decoder_stack(6, (1, 3, 5), moe=True)
+    sched = msched.schedule(stack.gm, 3)
+    nodes = list(stack.gm.graph.nodes)
+    switches = stream_op_nodes(stack.gm, msched.ops.set_stream)
+    fused = [n for n in switches if len(n.args) == 2]
+    assert fused and all(n.args[1] and all(type(e) is int for e in n.args[1]) for n in fused)
+    assert all(len(n.args) == 1 for n in switches if n not in fused)  # switches that wait not
+    # A wait_event node is left only where no switch comes right before it: the stream went on.
+    for wait in stream_op_nodes(stack.gm, msched.ops.wait_event):
+        before = nodes[nodes.index(wait) - 1]
+        assert before.target is not msched.ops.set_stream, wait.name
+    steps = interpret(stack.gm).steps
+    in_lists = sum(len(n.args[1]) for n in fused)
+    assert sched.num_waits == in_lists + len(stream_op_nodes(stack.gm, msched.ops.wait_event))
+    assert sched.num_waits == sum(1 for st in steps if st.kind == "wait_event")
+    assert msched.verify(stack.gm, original=sched.original).ok
