@@ -12,6 +12,10 @@ The scheduler under test (``--msched-scheduler`` / ``msched_scheduler``,
 imported first (it may be what registers the dialect's op namespace), then the dialect is
 looked up.  A value that does not resolve is a `pytest.UsageError` naming the option and the
 value.
+
+This module imports msched (and so torch) only when a value is parsed or settings are
+resolved, so that a pytest-xdist controller, which runs no test, need not import torch
+(`pytest_msched._session.MschedSession.install`).
 """
 
 from __future__ import annotations
@@ -21,15 +25,13 @@ import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
-import msched
-from msched.errors import InvalidArgumentError
-from msched.limits import check_num_streams
-from msched.proof.dialects import Dialect, as_dialect
-from msched.testing.checks import Scheduler
+if TYPE_CHECKING:
+    from msched.proof.dialects import Dialect
+    from msched.testing.checks import Scheduler
 
 DEFAULT_STREAMS: tuple[int, ...] = (2, 3)
 VERIFY_MODES: tuple[str, ...] = ("strict", "off")
@@ -56,7 +58,7 @@ class Settings:
     streams: tuple[int, ...]
     verify: str
     dump_dir: Path | None
-    scheduler: Scheduler = msched.schedule  # type: ignore[assignment]
+    scheduler: Scheduler
     dialect: Dialect | None = None
 
 
@@ -137,6 +139,9 @@ def parse_streams(value: object) -> tuple[int, ...]:
     A valid value is a non-empty list or tuple of distinct stream counts, each an int in
     ``1..msched.MAX_STREAMS`` (`msched.limits.check_num_streams`; bools are not ints).
     """
+    from msched.errors import InvalidArgumentError
+    from msched.limits import check_num_streams
+
     usage = "expected a list of distinct stream counts >= 1, e.g. [2, 3]"
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
         raise ValueError(usage)
@@ -221,6 +226,9 @@ def parse_scheduler(text: str) -> Scheduler:
 def parse_dialect(text: str) -> Dialect:
     """The `msched.Dialect` ``text`` names: ``package.module:attribute`` (a Dialect), a
     built-in dialect name or an op namespace with the stream ops; `ValueError` otherwise."""
+    from msched.errors import InvalidArgumentError
+    from msched.proof.dialects import Dialect, as_dialect
+
     text = text.strip()
     if ":" in text:
         dialect = import_path(text, "attribute")
@@ -246,11 +254,30 @@ def _resolved(config: pytest.Config, name: str, parse: Callable[[str], T]) -> T 
         raise pytest.UsageError(f"{option}: {error}; got {text!r}") from None
 
 
+OPTION_NAMES = (
+    "msched_streams",
+    "msched_verify",
+    "msched_dump",
+    "msched_scheduler",
+    "msched_dialect",
+)
+
+
+def options_given(config: pytest.Config) -> bool:
+    """Whether any msched option is set, on the command line or in the ini file."""
+    return any(
+        config.getoption(name) is not None or str(config.getini(name)).strip()
+        for name in OPTION_NAMES
+    )
+
+
 def resolve_settings(config: pytest.Config) -> Settings:
     """Compute the `Settings`: the command line, else the ini, else the default.
 
     The scheduler is resolved (its module imported) before the dialect.
     """
+    import msched
+
     streams = config.getoption("msched_streams")
     if streams is None:
         streams = _ini(config, "msched_streams", parse_streams_text)

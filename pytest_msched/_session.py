@@ -13,24 +13,29 @@ graph of the run exactly once.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from torch.fx import GraphModule
 
-from msched import Schedule
-from msched.analysis.cost import CostModel
-from msched.compile.traced import TracedDecoder, trace_decoder
-from msched.pictures.dot import render_dot
-from msched.pictures.trace import render_trace
-from msched.proof.dialects import Dialect
-from msched.testing import checks
 from pytest_msched import _params
-from pytest_msched._options import Settings, resolve_settings
+from pytest_msched._options import Settings, options_given, resolve_settings
+from pytest_msched.snapshot import indexed_snapshot_report
+
+if TYPE_CHECKING:
+    from torch.fx import GraphModule
+
+    from msched import Schedule
+    from msched.analysis.cost import CostModel
+    from msched.compile.traced import TracedDecoder
+    from msched.proof.dialects import Dialect
+    from msched.testing import checks
 
 WORKER_OUTPUT_KEY = "msched_stats"
 
@@ -94,19 +99,38 @@ class MschedSession:
     """The plugin's state for one pytest process; `install` it, then reach it with `of`.
 
     ``workeroutput`` is pytest-xdist's dict of a worker process (``None`` elsewhere).
+    ``settings`` are resolved when first used: at once in a process that runs tests, and
+    only if something asks on a pytest-xdist controller without msched options (it runs no
+    test, and resolving imports msched and torch, a second of start-up before the workers
+    start).
     """
 
-    def __init__(self, settings: Settings, workeroutput: dict[str, Any] | None = None) -> None:
-        self.settings = settings
+    def __init__(
+        self,
+        config: pytest.Config,
+        settings: Settings | None = None,
+        workeroutput: dict[str, Any] | None = None,
+    ) -> None:
+        self._config = config
+        if settings is not None:
+            self.settings = settings
         self.stats = SessionStats()
         self.workeroutput = workeroutput
         self._schedules: dict[str, list[Schedule]] = {}  # per test node id, until teardown
         self._traced: dict[Any, TracedDecoder] = {}
 
+    @cached_property
+    def settings(self) -> Settings:
+        return resolve_settings(self._config)
+
     @classmethod
     def install(cls, config: pytest.Config) -> MschedSession:
-        """Resolve the settings of ``config`` and keep the new session in its stash."""
-        session = cls(resolve_settings(config), getattr(config, "workeroutput", None))
+        """Resolve the settings of ``config`` (unless it is an xdist controller with no msched
+        option: see the class) and keep the new session in its stash."""
+        workeroutput = getattr(config, "workeroutput", None)
+        lazy = _is_xdist_controller(config) and not options_given(config)
+        settings = None if lazy else resolve_settings(config)
+        session = cls(config, settings, workeroutput)
         config.stash[_SESSION_KEY] = session
         return session
 
@@ -134,6 +158,8 @@ class MschedSession:
         A scheduler that raises or returns something that cannot be read gives the
         `msched.testing.checks.SchedulerFailure` naming it (nothing is counted then).
         """
+        from msched.testing import checks
+
         strict = self.settings.verify == "strict"
         check = checks.schedule_and_verify(
             gm, num_streams, cost_model, strict=strict, scheduler=scheduler, dialect=dialect
@@ -147,6 +173,8 @@ class MschedSession:
     def traced_decoder(self, num_streams: int, kwargs: dict[str, Any]) -> TracedDecoder:
         """`trace_decoder` once per stream count and arguments (when they are hashable):
         compiling a 12-layer decoder takes seconds."""
+        from msched.compile.traced import trace_decoder
+
         key = _cache_key(num_streams, kwargs)
         if key is None:
             return trace_decoder(num_streams, **kwargs)
@@ -179,6 +207,15 @@ class MschedSession:
                 written.append(path)
         return written
 
+    @contextlib.contextmanager
+    def finishing(self) -> Iterator[None]:
+        """Around the other plugins' ``pytest_sessionfinish``: syrupy finds unused snapshots
+        with `pytest_msched.snapshot.IndexedSnapshotReport` (linear, not quadratic); then, on
+        an xdist worker, `publish`."""
+        with indexed_snapshot_report():
+            yield
+        self.publish()
+
     def publish(self) -> None:
         """On an xdist worker, hand this worker's records to the controller."""
         if self.workeroutput is not None:
@@ -198,6 +235,16 @@ class MschedSession:
                 reporter.write_line(line)
 
 
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    """Whether this process hands tests to pytest-xdist workers (``-n``) and runs none."""
+    if hasattr(config, "workerinput"):
+        return False
+    option = config.option
+    if getattr(option, "collectonly", False):  # xdist collects in the controller then
+        return False
+    return getattr(option, "dist", "no") != "no" and bool(getattr(option, "tx", None))
+
+
 def _cache_key(num_streams: int, kwargs: dict[str, Any]) -> Any:
     items = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items()))
     try:
@@ -213,6 +260,9 @@ def _file_stem(nodeid: str) -> str:
 
 def _renderings(sched: Schedule) -> dict[str, str]:
     """The dump files of one graph by suffix, or the reason it could not be drawn."""
+    from msched.pictures.dot import render_dot
+    from msched.pictures.trace import render_trace
+
     try:
         return {".dot": render_dot(sched), ".trace.json": render_trace(sched)}
     except Exception as error:  # a dump must never turn a failing test into an error

@@ -8,12 +8,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from msched.compile.traced import TracedDecoder
 from pytest_msched._session import MschedSession
+
+if TYPE_CHECKING:
+    from msched.compile.traced import TracedDecoder
 
 
 @pytest.fixture

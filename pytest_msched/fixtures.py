@@ -17,20 +17,24 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pytest
 from syrupy.assertion import SnapshotAssertion
-from torch.fx import GraphModule
 
-import msched
-from msched.analysis.cost import CostModel
-from msched.proof.dialects import as_dialect
-from msched.testing import checks
-from msched.testing.decoders import DecoderStack
-from msched.testing.decoders import decoder_stack as build_decoder_stack
 from pytest_msched._params import requested_count
 from pytest_msched._session import MschedSession
 from pytest_msched.snapshot import ScheduledGraphExtension
+
+# msched (and torch) are imported by the fixtures when a test uses them, not with the plugin:
+# a pytest-xdist controller registers these fixtures and runs no test.
+if TYPE_CHECKING:
+    from torch.fx import GraphModule
+
+    import msched
+    from msched.analysis.cost import CostModel
+    from msched.testing import checks
+    from msched.testing.decoders import DecoderStack
 
 
 @pytest.fixture
@@ -74,6 +78,8 @@ def decoder_stack() -> Callable[..., DecoderStack]:
     every call; ``capture_op`` is an engine's own capture op (schema ``(Tensor(a!) dest,
     Tensor src, int start, int end) -> ()``; default ``msched::inplace_slice_copy``).
     """
+    from msched.testing.decoders import decoder_stack as build_decoder_stack
+
     return build_decoder_stack
 
 
@@ -98,6 +104,8 @@ def schedule_graph(
     The graph is counted in the terminal summary and dumped by ``--msched-dump`` if the
     test fails.
     """
+    from msched.testing import checks
+
     session = MschedSession.of(request.config)
     nodeid = request.node.nodeid
 
@@ -118,6 +126,9 @@ def _checked_fixtures(scheduler: object, dialect: object) -> msched.Dialect | No
     """The dialect of ``msched_dialect`` (a name is looked up); fail the test naming the
     fixture when ``msched_scheduler`` is not callable or ``msched_dialect`` names nothing."""
     __tracebackhide__ = True
+    import msched
+    from msched.proof.dialects import as_dialect
+
     if not callable(scheduler):
         pytest.fail(
             f"the msched_scheduler fixture returned {scheduler!r}, not a callable "

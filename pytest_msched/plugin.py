@@ -44,8 +44,10 @@ def pytest_runtest_makereport(
     return report
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    MschedSession.of(session.config).publish()
+@pytest.hookimpl(wrapper=True, trylast=True)  # inside xdist's, which sends what we publish
+def pytest_sessionfinish(session: pytest.Session) -> Generator[None, None, None]:
+    with MschedSession.of(session.config).finishing():
+        return (yield)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -18,22 +18,38 @@ what ``msched diff`` prints: nodes added, removed or moved, waits and records ad
 removed, counts and makespan before → after), then a unified diff of the whole text (hunks
 with two lines of context): syrupy's default diff stops 100 lines after the first
 difference, and the header, which changes with almost any schedule change, is the first line.
+
+Unused snapshots (`IndexedSnapshotReport`).  At the end of a run syrupy looks for snapshot
+files no test used: they fail the run, and ``--snapshot-update`` deletes them.  To decide that
+a file belongs to a test that ran, syrupy 7 tries every test of the same test module against
+every file (``SnapshotReport._ran_items_match_location`` → ``matches_test_location``, two
+``Path.resolve`` calls per pair), which is quadratic: 800 parametrized tests spend tens of
+seconds in ``pytest_sessionfinish``.  While the session finishes (`indexed_snapshot_report`)
+syrupy's report is `IndexedSnapshotReport`, which for files of a `ScheduledGraphExtension`
+first looks up the few tests whose names could own the file (an index from test name to
+tests, built once) and then asks syrupy's own ``matches_test_location`` about those only, so
+the answer is syrupy's and the time is linear.  It also keeps the snapshots of tests that ran
+but did not pass, or did not run at all (the session stopped early: ``-x``, ``--maxfail``,
+Ctrl-C): syrupy keeps those of skipped tests only, so ``--snapshot-update`` with a test that
+fails before its assertion would delete its reviewed snapshot.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import itertools
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from functools import cached_property
+from pathlib import Path
 from typing import Any
 
+import syrupy.session
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
+from syrupy.location import PyTestLocation
+from syrupy.report import SnapshotReport
 from syrupy.terminal import context_style, received_style, reset, snapshot_style
-from torch.fx import GraphModule
-
-from msched import Schedule
-from msched.pictures.diff import snapshot_summary
-from msched.pictures.text import render_text
 
 CONTEXT_LINES = 2
 
@@ -50,6 +66,13 @@ class ScheduledGraphExtension(SingleFileSnapshotExtension):
     _write_mode = WriteMode.TEXT
 
     def serialize(self, data: Any, **kwargs: Any) -> str:
+        # msched (and torch) are imported when a test snapshots, not with the plugin: an
+        # xdist controller loads this module to read its workers' reports, and runs no test.
+        from torch.fx import GraphModule
+
+        from msched import Schedule
+        from msched.pictures.text import render_text
+
         if isinstance(data, (Schedule, GraphModule)):
             return render_text(data)
         if isinstance(data, str):
@@ -61,6 +84,8 @@ class ScheduledGraphExtension(SingleFileSnapshotExtension):
 
     def diff_lines(self, serialized_data: Any, snapshot_data: Any) -> Iterator[str]:
         """The schedule summary first, then hunks of ``- snapshot`` / ``+ received`` lines."""
+        from msched.pictures.diff import snapshot_summary
+
         summary = snapshot_summary(str(snapshot_data), str(serialized_data))
         if summary:
             yield reset(context_style("schedule changes (msched diff):"))
@@ -79,3 +104,157 @@ class ScheduledGraphExtension(SingleFileSnapshotExtension):
                 yield reset(received_style(f"+ {line[1:]}"))
             else:
                 yield reset(context_style(f"  {line[1:]}"))
+
+
+# Unused snapshots ----------------------------------------------------------------------------
+
+#: What `IndexedSnapshotReport` needs of syrupy's report; without it (another syrupy version)
+#: the report is syrupy's own.
+_REPORT_METHODS = (
+    "_matches_location",
+    "_invalidate_selection_caches",
+    "_ran_items_match_location",
+    "_ran_items_match_name",
+    "_skipped_items_match_name",
+)
+_KEPT_STATUSES = ("failed", "skipped", False)  # syrupy's ItemStatus values, False: not run
+
+
+class _OwnerIndex:
+    """The tests that could own a single-file snapshot, by the names syrupy compares.
+
+    syrupy's ``SingleFileSnapshotExtension.matches_test_location(test, file)`` is true only
+    when (a) the file's stem is the test module's basename; or the file lies in the
+    directory named after the module's basename and (b) the test is not parametrized, (c) the
+    file's stem is the test's parametrized name or starts with it followed by ``.`` or ``[``,
+    or (d) the file's name without the extension is that name cut to syrupy's 255-character
+    budget.  `candidates` returns every test meeting one of these (usually one), a superset of
+    the owners; syrupy's own check then decides.
+    """
+
+    def __init__(self, tests: Iterable[PyTestLocation], extension: type[Any]) -> None:
+        self.extension = extension
+        self.by_stem: defaultdict[str, list[PyTestLocation]] = defaultdict(list)
+        self.plain: defaultdict[str, list[PyTestLocation]] = defaultdict(list)
+        self.by_name: defaultdict[tuple[str, str], list[PyTestLocation]] = defaultdict(list)
+        self.by_cut: defaultdict[tuple[str, str], list[PyTestLocation]] = defaultdict(list)
+        for test in tests:
+            self._add(test)
+
+    def _add(self, test: PyTestLocation) -> None:
+        self.by_stem[test.basename].append(test)
+        if not test.is_item_parametrized:
+            self.plain[test.basename].append(test)
+            return
+        name = test.snapshot_name_parametrized
+        self.by_name[test.basename, name].append(test)
+        cut = self._cut(name)
+        if cut is not None:
+            self.by_cut[test.basename, cut].append(test)
+
+    def _cut(self, name: str) -> str | None:
+        """``name`` cut to the file-name budget, when syrupy cuts it."""
+        sanitize = getattr(self.extension, "_sanitize_filename", None)
+        budget = getattr(self.extension, "_max_stem_length", None)
+        if sanitize is None or budget is None:
+            return None
+        clean, limit = sanitize(name), budget()
+        return clean[:limit] if 0 < limit < len(clean) else None
+
+    def candidates(self, snapshot_location: str) -> list[PyTestLocation]:
+        path = Path(snapshot_location)
+        module, stem = path.parent.name, path.stem
+        found = [*self.by_stem.get(stem, ()), *self.plain.get(module, ())]
+        prefixes = [stem[:i] for i, c in enumerate(stem) if c in ".["]
+        for name in (stem, *prefixes):
+            found += self.by_name.get((module, name), ())
+        suffix = f".{self.extension.file_extension}"
+        if path.name.endswith(suffix):
+            found += self.by_cut.get((module, path.name[: -len(suffix)]), ())
+        return list(dict.fromkeys(found))
+
+
+class IndexedSnapshotReport(SnapshotReport):
+    """syrupy's report, matching `ScheduledGraphExtension` files to tests through an index.
+
+    For a file that a `ScheduledGraphExtension` discovered, the three questions syrupy asks
+    of every test (did a test that ran own the file; own this snapshot name; did a test that
+    was kept own it) go to the tests `_OwnerIndex` finds, then to syrupy's own
+    ``_matches_location``.  "Kept" is wider than syrupy's "skipped": a test that failed, was
+    skipped or did not run keeps its snapshots.  Any other file gets syrupy's answers.
+    """
+
+    def _invalidate_selection_caches(self) -> None:
+        super()._invalidate_selection_caches()
+        for name in ("_msched_ran_owners", "_msched_kept_owners"):
+            self.__dict__.pop(name, None)
+
+    @cached_property
+    def _msched_ran_owners(self) -> _OwnerIndex:
+        return _OwnerIndex(map(PyTestLocation, self.ran_items), ScheduledGraphExtension)
+
+    @cached_property
+    def _msched_kept_owners(self) -> _OwnerIndex:
+        by_id = self._collected_items_by_nodeid
+        kept = (
+            PyTestLocation(by_id[nodeid])
+            for nodeid, status in self.selected_items.items()
+            if status.value in _KEPT_STATUSES and nodeid in by_id
+        )
+        return _OwnerIndex(kept, ScheduledGraphExtension)
+
+    def _indexed(self, snapshot_location: str) -> bool:
+        """Whether the file is one whose owners the index finds."""
+        extension = self._extensions.get(snapshot_location)
+        return isinstance(extension, ScheduledGraphExtension) and (
+            type(extension).matches_test_location.__func__  # type: ignore[attr-defined]
+            is SingleFileSnapshotExtension.matches_test_location.__func__  # type: ignore[attr-defined]
+        )
+
+    def _owned(
+        self, index: _OwnerIndex, snapshot_location: str, snapshot_name: str | None = None
+    ) -> bool:
+        return any(
+            self._matches_location(test, snapshot_location)
+            and (snapshot_name is None or test.matches_snapshot_name(snapshot_name))
+            for test in index.candidates(snapshot_location)
+        )
+
+    def _ran_items_match_location(self, snapshot_location: str) -> bool:
+        if not self._indexed(snapshot_location):
+            return super()._ran_items_match_location(snapshot_location)
+        return self._owned(self._msched_ran_owners, snapshot_location)
+
+    def _ran_items_match_name(self, snapshot_location: str, snapshot_name: str) -> bool:
+        if not self._indexed(snapshot_location):
+            return super()._ran_items_match_name(snapshot_location, snapshot_name)
+        return self._owned(self._msched_ran_owners, snapshot_location, snapshot_name)
+
+    def _skipped_items_match_name(self, snapshot_location: str, snapshot_name: str) -> bool:
+        if not self._indexed(snapshot_location):
+            return super()._skipped_items_match_name(snapshot_location, snapshot_name)
+        return self._owned(self._msched_kept_owners, snapshot_location, snapshot_name)
+
+
+def _report_has_hooks() -> bool:
+    fields = getattr(SnapshotReport, "__dataclass_fields__", {})
+    return "_extensions" in fields and all(hasattr(SnapshotReport, m) for m in _REPORT_METHODS)
+
+
+@contextlib.contextmanager
+def indexed_snapshot_report() -> Iterator[None]:
+    """While this runs, syrupy's session builds an `IndexedSnapshotReport` at finish.
+
+    syrupy has no hook for its report class; ``SnapshotSession.finish`` looks up the name
+    ``SnapshotReport`` in ``syrupy.session`` when it runs, and the name is put back after.
+    Nothing changes for a syrupy without the methods the report overrides.
+    """
+    original = getattr(syrupy.session, "SnapshotReport", None)
+    if original is not SnapshotReport or not _report_has_hooks():
+        yield
+        return
+    syrupy.session.SnapshotReport = IndexedSnapshotReport  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        syrupy.session.SnapshotReport = original  # type: ignore[misc]

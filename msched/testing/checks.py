@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from torch.fx import GraphModule, Node
+from torch.fx import Graph, GraphModule, Node
 
 import msched
 from msched.analysis.cost import CostModel
@@ -37,6 +37,7 @@ from msched.proof.dialects import Dialect, as_dialect, interpret
 from msched.proof.verifier import Report, verify
 from msched.scheduling import pipeline
 from msched.scheduling.pipeline import Schedule, schedule
+from msched.testing._lazy import lazy_graph_module
 
 #: Lines shown before and after each focus node of an `excerpt`.
 RADIUS = 3
@@ -106,8 +107,17 @@ def scheduler_name(scheduler: object) -> str:
 
 def copy_module(gm: GraphModule) -> GraphModule:
     """A copy of ``gm`` with a graph of its own (same node names) and ``gm``'s parameters,
-    buffers and submodules (shared, not copied: as `msched.Schedule.original`)."""
-    return GraphModule(gm, copy.deepcopy(gm.graph), gm.__class__.__name__)
+    buffers and submodules (shared, not copied: as `msched.Schedule.original`).  Its code is
+    generated when it is first run or read (`msched.testing._lazy`)."""
+    return lazy_graph_module(gm, copy.deepcopy(gm.graph), gm.__class__.__name__)
+
+
+def copy_graph(graph: Graph) -> Graph:
+    """A copy of ``graph``'s nodes (same names, targets, arguments and ``meta`` entries), in
+    its order, without a module: enough for `msched.verify`'s ``original``."""
+    new = Graph()
+    new.output(new.graph_copy(graph, {}))
+    return new
 
 
 def run_scheduler(
@@ -171,13 +181,18 @@ def schedule_and_verify(
     against the original graph.
 
     ``scheduler`` None (or `msched.schedule`): `msched.schedule` ``gm`` in place and verify
-    against ``Schedule.original``.  Any other scheduler runs through `run_scheduler`, which
-    keeps a copy of ``gm`` as the original and reads the `msched.Schedule` back, or returns
-    the `SchedulerFailure` that names it.  ``dialect`` is the dialect of the scheduled graph
-    (``None``: detected from its ops).  Verification also checks that the graph uses at most
-    ``num_streams`` streams.
+    against a copy of its graph taken before (`copy_graph`: the graph of ``Schedule.original``,
+    without generating the code of a module).  Any other scheduler runs through
+    `run_scheduler`, which keeps a copy of ``gm`` as the original and reads the
+    `msched.Schedule` back, or returns the `SchedulerFailure` that names it.  ``dialect`` is
+    the dialect of the scheduled graph (``None``: detected from its ops).  Verification also
+    checks that the graph uses at most ``num_streams`` streams.
     """
+    original: GraphModule | Graph | None = None
     if is_msched_schedule(scheduler):
+        # The graph as it was, to verify against: `Schedule.original` would also generate and
+        # compile the code of a module nobody runs.
+        original = copy_graph(gm.graph) if strict else None
         sched = schedule(gm, num_streams, cost_model)
         run = ScheduleCheck(sched, None, resolve_dialect(sched.gm, dialect))
     else:
@@ -191,7 +206,10 @@ def schedule_and_verify(
     sched = run.schedule
     try:
         report = verify(
-            sched.gm, original=sched.original, dialect=run.dialect, num_streams=num_streams
+            sched.gm,
+            original=sched.original if original is None else original,
+            dialect=run.dialect,
+            num_streams=num_streams,
         )
     except MschedError as error:
         return SchedulerFailure(

@@ -19,9 +19,10 @@ of the hidden state into slice ``j`` of the capture buffer ``dest`` (a graph inp
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -30,6 +31,7 @@ from torch.fx import Graph, GraphModule, Node
 
 from msched.errors import InvalidArgumentError
 from msched.limits import positive_int
+from msched.testing._lazy import lazy_graph_module
 from msched.testing.reference_ops import attention, inplace_slice_copy, moe_experts  # noqa: F401
 
 aten = torch.ops.aten
@@ -91,10 +93,15 @@ class DecoderStack:
     """A synthetic decoder stack: the graph, its capture nodes, inputs and the reference run.
 
     ``gm`` is built once per stack (schedule it in place if you like); ``reference()`` runs an
-    unscheduled copy made at construction, so it is unaffected by scheduling ``gm``.
+    unscheduled twin of it, so it is unaffected by scheduling ``gm``.
     ``layer_of`` maps the name of every node built for a decoder layer (its weights, its ops
     and its capture) to the layer's 0-based index; the inputs, the final norm and ``output``
     belong to no layer.  Names survive `msched.schedule`, so it reads a scheduled graph too.
+
+    Nothing is done before it is needed: ``gm`` generates its Python code when it is first
+    called or its ``code`` is read (a ``torch.fx`` lazy graph module; `msched.schedule` and
+    `msched.verify` read the graph, not the code), and the reference twin is built, from the
+    same arguments (so the same weights), on the first ``reference()``.
     """
 
     gm: GraphModule
@@ -106,7 +113,8 @@ class DecoderStack:
     tokens: int
     seed: int
     layer_of: Mapping[str, int]
-    _reference_gm: GraphModule
+    _build_reference: Callable[[], GraphModule] = field(repr=False, compare=False)
+    _reference_gm: GraphModule | None = field(default=None, init=False, repr=False, compare=False)
 
     def example_inputs(self) -> tuple[Tensor, Tensor]:
         """Fresh CPU inputs in placeholder order: hidden states ``x`` and a zeroed ``dest``."""
@@ -117,6 +125,8 @@ class DecoderStack:
 
     def reference(self) -> tuple[Tensor, Tensor]:
         """Output and capture buffer of the unscheduled graph on `example_inputs`."""
+        if self._reference_gm is None:
+            self._reference_gm = self._build_reference()
         x, dest = self.example_inputs()
         out = self._reference_gm(x, dest)
         return out, dest
@@ -257,13 +267,19 @@ def decoder_stack(
     """
     capture_layers = tuple(capture_layers)
     _check_stack_args(n_layers, capture_layers, hidden, tokens)
-    b = _Builder(hidden, seed, capture_kwargs, capture_overload(capture_op))
-    h = b.graph.placeholder("x")
-    dest = b.graph.placeholder("dest")
-    h, captures, layer_of = b.layers(h, dest, n_layers, capture_layers, moe)
-    b.graph.output(b.rms_norm(h, "final_ln"))
+    build = functools.partial(
+        _build,
+        n_layers,
+        capture_layers,
+        moe,
+        hidden,
+        seed,
+        capture_kwargs,
+        capture_overload(capture_op),
+    )
+    gm, dest, captures, layer_of = build("DecoderStack")
     return DecoderStack(
-        gm=GraphModule(b.root, b.graph, "DecoderStack"),
+        gm=gm,
         dest=dest,
         captures=captures,
         n_layers=n_layers,
@@ -272,15 +288,29 @@ def decoder_stack(
         tokens=tokens,
         seed=seed,
         layer_of=layer_of,
-        _reference_gm=_reference_module(b),
+        _build_reference=lambda: build("DecoderStackReference")[0],
     )
 
 
-def _reference_module(b: _Builder) -> GraphModule:
-    """An unscheduled copy of the stack's graph, sharing its weights."""
-    graph = Graph()
-    graph.output(graph.graph_copy(b.graph, {}))
-    return GraphModule(b.root, graph, "DecoderStackReference")
+def _build(
+    n_layers: int,
+    capture_layers: tuple[int, ...],
+    moe: bool,
+    hidden: int,
+    seed: int,
+    capture_kwargs: bool,
+    capture_op: torch._ops.OpOverload,
+    class_name: str,
+) -> tuple[GraphModule, Node, list[Node], dict[str, int]]:
+    """The module of one stack (its code not generated yet), ``dest``, captures, layers.
+
+    Deterministic: the same arguments give the same graph, names and weights."""
+    b = _Builder(hidden, seed, capture_kwargs, capture_op)
+    h = b.graph.placeholder("x")
+    dest = b.graph.placeholder("dest")
+    h, captures, layer_of = b.layers(h, dest, n_layers, capture_layers, moe)
+    b.graph.output(b.rms_norm(h, "final_ln"))
+    return lazy_graph_module(b.root, b.graph, class_name), dest, captures, layer_of
 
 
 class RMSNorm(nn.Module):
