@@ -42,12 +42,14 @@ WORKER_OUTPUT_KEY = "msched_stats"
 
 @dataclass(frozen=True)
 class GraphRecord:
-    """One graph scheduled by ``schedule_graph``; ``violations`` is None when not verified."""
+    """One graph scheduled by ``schedule_graph`` (or, ``traced``, traced by the
+    ``trace_streams`` fixture); ``violations`` is None when not verified."""
 
     num_streams: int
     num_events: int
     num_waits: int
     violations: int | None
+    traced: bool = False
 
     @classmethod
     def of(cls, check: checks.ScheduleCheck) -> GraphRecord:
@@ -65,9 +67,11 @@ class SessionStats:
     def add(self, record: GraphRecord) -> None:
         self.records.append(record)
 
-    def to_wire(self) -> list[tuple[int, int, int, int | None]]:
+    def to_wire(self) -> list[tuple[int, int, int, int | None, bool]]:
         """The records as plain tuples that execnet can send."""
-        return [(r.num_streams, r.num_events, r.num_waits, r.violations) for r in self.records]
+        return [
+            (r.num_streams, r.num_events, r.num_waits, r.violations, r.traced) for r in self.records
+        ]
 
     def merge_wire(self, data: list[Any] | None) -> None:
         """Add the records a worker sent with `to_wire` (nothing when it sent none)."""
@@ -76,19 +80,28 @@ class SessionStats:
 
     def summary_lines(self) -> list[str]:
         """The lines of the terminal summary; empty when no graph was scheduled."""
-        if not self.records:
-            return []
-        per_count = Counter(r.num_streams for r in self.records)
-        counts = ", ".join(f"streams{n}: {per_count[n]}" for n in sorted(per_count))
-        unverified = sum(r.violations is None for r in self.records)
-        violations = sum(r.violations or 0 for r in self.records)
-        lines = [
-            f"graphs scheduled: {len(self.records)} ({counts})",
-            f"total waits: {sum(r.num_waits for r in self.records)}",
-            f"violations: {violations}",
-        ]
-        if unverified:
-            lines[-1] += f" ({unverified} graphs not verified: --msched-verify=off)"
+        scheduled = [r for r in self.records if not r.traced]
+        traced = [r for r in self.records if r.traced]
+        lines: list[str] = []
+        if scheduled:
+            per_count = Counter(r.num_streams for r in scheduled)
+            counts = ", ".join(f"streams{n}: {per_count[n]}" for n in sorted(per_count))
+            unverified = sum(r.violations is None for r in scheduled)
+            violations = sum(r.violations or 0 for r in scheduled)
+            lines += [
+                f"graphs scheduled: {len(scheduled)} ({counts})",
+                f"total waits: {sum(r.num_waits for r in scheduled)}",
+                f"violations: {violations}",
+            ]
+            if unverified:
+                lines[-1] += f" ({unverified} graphs not verified: --msched-verify=off)"
+        if traced:
+            streams = max(r.num_streams for r in traced)
+            waits = sum(r.num_waits for r in traced)
+            lines.append(
+                f"graphs traced (trace_streams): {len(traced)}, up to {streams} streams, "
+                f"{waits} waits"
+            )
         return lines
 
 

@@ -18,6 +18,7 @@ from pytest_msched._session import MschedSession
 pytest_plugins = [
     "pytest_msched.fixtures",
     "pytest_msched.compile_fixtures",
+    "pytest_msched.stream_fixtures",
 ]
 # ---------------------------------------------------------------------------------------------
 
