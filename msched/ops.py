@@ -2,16 +2,20 @@
 
 | op | meaning |
 |---|---|
-| ``msched::set_stream(int stream, int[] wait_events=[])`` | later ops are issued on ``stream`` |
+| ``msched::set_stream(int stream, int[] wait_events=[], int[] record_events=[])`` | records |
+| | each of ``record_events`` on the current (old) stream, then issues later ops on ``stream`` |
 | | (0 = caller's stream), which first waits for the last record of each of ``wait_events`` |
 | ``msched::record_event(int event)`` | record ``event`` on the current stream |
 | ``msched::wait_event(int event)`` | the current stream waits for the last record of ``event`` |
 | ``msched::record_stream(Tensor t, int stream)`` | ``t`` is used on ``stream`` (allocator) |
 
-A switch and the waits right after it are one node: most waits of a schedule directly follow a
-switch, and every node costs code generation when the module is compiled and a dispatcher call
-on every forward.  ``set_stream(s, [a, b])`` means exactly ``set_stream(s)``, ``wait_event(a)``,
-``wait_event(b)``; ``set_stream(s)`` alone is the op of older graphs, unchanged.
+A switch, the records right before it and the waits right after it are one node: most records
+of a schedule mark the last node a stream issues before the host switches away, most waits
+directly follow a switch, and every node costs code generation when the module is compiled and
+a dispatcher call on every forward.  ``set_stream(s, [a, b], [c])`` means exactly
+``record_event(c)`` (on the old stream), ``set_stream(s)``, ``wait_event(a)``,
+``wait_event(b)``; ``set_stream(s)`` and ``set_stream(s, [a, b])`` are the ops of older graphs,
+unchanged.
 
 They are registered as side-effectful with ``torch.fx`` so that ``eliminate_dead_code`` keeps
 them, and they act on `msched.compile.runtime.current_runtime()`: no-ops on CPU.
@@ -25,14 +29,16 @@ from torch.fx.node import has_side_effect
 from msched.compile.runtime import current_runtime
 
 _lib = torch.library.Library("msched", "FRAGMENT")
-_lib.define("set_stream(int stream, int[] wait_events=[]) -> ()")
+_lib.define("set_stream(int stream, int[] wait_events=[], int[] record_events=[]) -> ()")
 _lib.define("record_event(int event) -> ()")
 _lib.define("wait_event(int event) -> ()")
 _lib.define("record_stream(Tensor t, int stream) -> ()")
 
 
-def _set_stream(stream: int, wait_events: list[int] | None = None) -> None:
-    current_runtime().set_stream(stream, wait_events)
+def _set_stream(
+    stream: int, wait_events: list[int] | None = None, record_events: list[int] | None = None
+) -> None:
+    current_runtime().set_stream(stream, wait_events, record_events)
 
 
 def _record_event(event: int) -> None:

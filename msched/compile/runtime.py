@@ -69,11 +69,21 @@ class StreamRuntime:
             self._events[key] = self._api.Event()
         return self._events[key]
 
-    def set_stream(self, stream: int, wait_events: Sequence[int] | None = None) -> None:
-        """Issue later work on ``stream`` (0: the caller's stream), after it waited for the
-        last record of each of ``wait_events`` (`msched.ops`: a switch and its waits)."""
+    def set_stream(
+        self,
+        stream: int,
+        wait_events: Sequence[int] | None = None,
+        record_events: Sequence[int] | None = None,
+    ) -> None:
+        """Record each of ``record_events`` on the current stream, then issue later work on
+        ``stream`` (0: the caller's stream), after it waited for the last record of each of
+        ``wait_events`` (`msched.ops`: the records before a switch, the switch, its waits)."""
         if not self.enabled():
             return
+        if record_events:
+            old = self._stream(self._current)
+            for event in record_events:
+                self._event(event).record(old)
         target = self._stream(stream)
         if wait_events:
             for event in wait_events:

@@ -218,16 +218,25 @@ def _stream_op_lines(e: _Explained, node: Node) -> list[str]:
     """For a stream op: what it does, and which node it is issued for (or who waits on it)."""
     steps = e.v.program.steps
     i = host_index(e.v, node)
+    records = []  # the records of a switch that records (before its switch), or the record
+    while steps[i].kind == "record_event" and i + 1 < len(steps) and steps[i + 1].node is node:
+        records.append(steps[i])
+        i += 1
     step = steps[i]
     text = step_text(step, e.v.names)
     if step.kind == "set_stream":  # a switch, with the waits of the same node after it
         own = [t for t in steps[i + 1 :] if t.node is node and t.kind == "wait_event"]
         text = switch_text(own, e.v.names) if own else text
-    head = [f"{node.name}: {text}, a stream op issued on stream {step.stream}"]
+    head = [f"{node.name}: {step_text(r, e.v.names)} on stream {r.stream}, then" for r in records]
+    head.append(f"{node.name}: {text}, a stream op issued on stream {step.stream}")
     if step.kind == "record_event":
-        use = next(u for u in e.v.events if u.record is step)
+        records.append(step)
+    for record in records:
+        use = next(u for u in e.v.events if u.record is record)
         waits = ", ".join(f"{w.node.name} (stream {w.stream})" for w in use.waits) or "nothing"
-        return [*head, f"  waited on by {waits}"]
+        head.append(f"  {step_text(record, e.v.names)} waited on by {waits}")
+    if step.kind == "record_event":
+        return head
     following = (t.node for t in steps[i + 1 :] if t.kind == "compute" and t.stream == step.stream)
     user = next(following, None)
     if user is None:

@@ -28,8 +28,9 @@ def schedule_data(
     """The schedule as plain data: the document `render_json` writes.
 
     ``nodes`` lists every action in host order (one entry per node, except a stream op that
-    does several things: a switch that waits, ``set_stream(s, [a, b])``, is a ``set_stream``
-    entry and then one ``wait_event`` entry per event, all with the node's name) with
+    does several things: a switch that records and waits, ``set_stream(s, [a, b], [c])``, is
+    a ``record_event`` entry per recorded event (on the old stream), a ``set_stream`` entry
+    and then one ``wait_event`` entry per waited event, all with the node's name) with
     ``name``, ``op``, ``kind`` (``compute`` or the action's kind), ``stream``, ``start`` and
     ``end``, and for a stream op its ``arg``
     (the event id of a record or wait, the stream of a ``set_stream`` or ``record_stream``);

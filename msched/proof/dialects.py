@@ -52,12 +52,18 @@ def target_key(target: Any) -> str | None:
 
 
 def _read_switch(node: Node) -> tuple[Action, ...]:
-    """``set_stream(s)``, or msched's ``set_stream(s, wait_events)``: a switch to ``s`` and a
-    wait on ``s`` for each event of the list, in order."""
+    """``set_stream(s)``, or msched's ``set_stream(s, wait_events, record_events)``: a record
+    on the current (old) stream for each of ``record_events``, a switch to ``s``, and a wait
+    on ``s`` for each of ``wait_events``, each list in order."""
     switch = actions.switch(actions.int_argument(node, 0, "set_stream", "stream"))
-    if len(node.args) < 2 and "wait_events" not in node.kwargs:
+    args, kwargs = node.args, node.kwargs
+    if len(args) < 2 and not kwargs:
         return (switch,)
-    return (switch, *map(actions.wait, _int_list(node, 1, "wait_events")))
+    waits = _int_list(node, 1, "wait_events") if len(args) > 1 or "wait_events" in kwargs else []
+    if len(args) < 3 and "record_events" not in kwargs:
+        return (switch, *map(actions.wait, waits))
+    records = _int_list(node, 2, "record_events")
+    return (*map(actions.record, records), switch, *map(actions.wait, waits))
 
 
 def _int_list(node: Node, index: int, name: str) -> list[int]:
@@ -72,8 +78,8 @@ def _int_list(node: Node, index: int, name: str) -> list[int]:
     for event in value:
         if isinstance(event, bool) or not isinstance(event, int) or event < 0:
             raise InvalidGraphError(
-                f"set_stream node {node.name!r} waits for {event!r}, which is no event id "
-                "(a literal non-negative int)"
+                f"set_stream node {node.name!r} {'records' if index == 2 else 'waits for'} "
+                f"{event!r}, which is no event id (a literal non-negative int)"
             )
     return list(value)
 

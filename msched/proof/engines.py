@@ -3,9 +3,10 @@
 Each is a `msched.Dialect` whose readers turn the engine's stream ops into actions
 (`msched.proof.actions`); `Dialect.named` returns them by name.
 
-- ``msched``: ``msched::set_stream(int)``, ``record_event(int)``, ``wait_event(int)``,
-  ``record_stream(Tensor, int)``; stream ids as written, 0 the caller's; records and waits on
-  the current stream.
+- ``msched``: ``msched::set_stream(int, int[] wait_events=[], int[] record_events=[])`` (the
+  records on the old stream, the switch, then the waits), ``record_event(int)``,
+  ``wait_event(int)``, ``record_stream(Tensor, int)``; stream ids as written, 0 the caller's;
+  records and waits on the current stream.
 - ``trtllm``: the same four ops in the ``trtllm`` namespace.
 - ``torch``: ``streams::fork/join/record_event/wait_event/wait_stream/record_stream/
   sync_dealloc/synchronize_*`` with indices into Dynamo's table of streams and events; a node

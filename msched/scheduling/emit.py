@@ -12,6 +12,9 @@ Rules (DESIGN.md, Emit):
   (vector clocks are tracked while emitting, so no redundant wait is emitted);
 - a switch and the waits right after it are one node, ``set_stream(s, [e1, e2])``; a wait
   where no switch happens (the stream continues) is a ``wait_event`` node of its own;
+- a record right before a switch (after the last node the old stream issues before the host
+  switches away) is in that switch too, ``set_stream(s, [e1], [e3])``; a record followed by
+  another node of its stream is a ``record_event`` node of its own;
 - a tensor used on another stream than the one that allocated it gets ``record_stream`` for
   that stream only where the allocator could otherwise reuse its block too early
   (`msched.analysis.lifetimes`);
@@ -75,10 +78,13 @@ class _Emitter:
         self.computed: list[Node] = []  # the preamble and the emitted nodes, in host order
         self.stream_ops: list[Node] = []  # every stream-op node created
         self.switch_waits: dict[Node, list[int]] = {}  # set_stream node -> the events it waits
+        self.switch_records: dict[Node, list[int]] = {}  # set_stream node -> events it records
+        self.switch_after: dict[Node, Node] = {}  # issued node -> the switch right after it
         self.stream_of: dict[Node, int] = {}  # every node (stream ops included) -> its stream
         self.current = 0  # the stream later nodes are issued on
         self.num_waits = 0
-        self.entry_record: Node | None = None  # the record of the entry event, once needed
+        self.entry_record: Node | None = None  # the record node of the entry event, if any
+        self.entry_recorded = False  # whether the entry event is recorded (maybe in a switch)
         self.preamble = preamble
         for node in preamble:
             self._count(node, 0)
@@ -120,6 +126,8 @@ class _Emitter:
             self.current = s
             node = self._new(ops.set_stream, None, "set_stream", s)
             self.switch_waits[node] = []
+            if self.issued:
+                self.switch_after[self.issued[-1]] = node
             self.issued.append(node)
 
     def _wait(self, event: int) -> None:
@@ -132,11 +140,30 @@ class _Emitter:
         else:
             self._put(ops.wait_event, (event,), "wait_event")
 
+    def _record(self, after: Node | None, event: int, stream: int) -> Node | None:
+        """Record ``event`` on ``stream`` right after ``after`` (None: after the preamble): in
+        the switch that follows it, if one does (None returned), else a new node."""
+        switch = self.switch_after.get(after) if after is not None else self._first_switch()
+        if switch is not None:
+            self.switch_records.setdefault(switch, []).append(event)
+            return None
+        return self._new(ops.record_event, (event,), "record_event", stream)
+
+    def _first_switch(self) -> Node | None:
+        """The switch right after the preamble (and so after the entry record), if any."""
+        first = self.issued[0] if self.issued else None
+        return first if first in self.switch_waits else None
+
     def finish_switches(self) -> None:
-        """Write the arguments of every switch: ``(s,)``, or ``(s, events)`` when it waits."""
-        stream_of = self.stream_of
+        """Write the arguments of every switch: ``(s,)``, ``(s, waits)`` when it waits, and
+        ``(s, waits, records)`` when it records."""
+        stream_of, records = self.stream_of, self.switch_records
         for node, events in self.switch_waits.items():
-            node.args = (stream_of[node], events) if events else (stream_of[node],)
+            recorded = records.get(node)
+            if recorded is not None:
+                node.args = (stream_of[node], events, recorded)
+            else:
+                node.args = (stream_of[node], events) if events else (stream_of[node],)
 
     def _join(self, s: int, other: tuple[int, ...]) -> None:
         """Stream ``s`` has waited for a point whose clock is ``other``."""
@@ -150,8 +177,9 @@ class _Emitter:
         self.started[s] = True
         if self.clock[s][0] >= self.entry_position:
             return
-        if self.entry_record is None:
-            self.entry_record = self._new(ops.record_event, (0,), "record_event", 0)
+        if not self.entry_recorded:
+            self.entry_recorded = True
+            self.entry_record = self._record(None, 0, 0)
         self._wait(0)
         self._join(s, self.entry_clock)
 
@@ -161,9 +189,9 @@ class _Emitter:
         if event is None:
             event = len(self.event_after) + 1
             self.event_after[producer] = event
-            stream = self.assignment.stream[producer]
-            record = self._new(ops.record_event, (event,), "record_event", stream)
-            self.record_after[producer] = record
+            record = self._record(producer, event, self.assignment.stream[producer])
+            if record is not None:
+                self.record_after[producer] = record
         return event
 
     def _wait_for(self, s: int, deps: dict[Node, int]) -> None:
@@ -290,7 +318,7 @@ def plan_emission(graph: Graph, dag: Dag, a: Assignment) -> Emission:
         order=tuple(order),
         stream=em.stream_of,
         added=tuple(em.stream_ops),
-        num_events=len(em.event_after) + (1 if em.entry_record is not None else 0),
+        num_events=len(em.event_after) + (1 if em.entry_recorded else 0),
         num_waits=em.num_waits,
     )
 

@@ -26,6 +26,8 @@ FAULTS = (
     "drop-wait",
     "move-wait",
     "unrecorded-switch-wait",
+    "drop-switch-record",
+    "move-switch-record",
     "capture-after-output",
     "move-stream",
     "drop-record-stream",
@@ -102,8 +104,73 @@ def _site(gm: GraphModule, site: str) -> tuple[Node, int | None]:
     return _node(gm, name), int(index[:-1]) if index else None
 
 
+def _switch_records(node: Node) -> list[int]:
+    return list(node.args[2]) if len(node.args) > 2 else []
+
+
+def _set_switch(node: Node, waits: list[int], records: list[int]) -> None:
+    """Write a switch's lists, in the shortest form `msched.ops` reads as them."""
+    stream = node.args[0]
+    node.args = (stream, waits, records) if records else (stream, waits) if waits else (stream,)
+
+
 def _set_waits(node: Node, events: list[int]) -> None:
-    node.args = (node.args[0], events) if events else (node.args[0],)
+    _set_switch(node, events, _switch_records(node))
+
+
+def record_sites(gm: GraphModule) -> list[str]:
+    """Every record of a switch's list (`msched.ops`): ``set_stream_2[r0]``."""
+    return [
+        f"{node.name}[r{i}]"
+        for node in gm.graph.nodes
+        if node.target is msched.ops.set_stream
+        for i in range(len(_switch_records(node)))
+    ]
+
+
+def _drop_switch_record(faulty: GraphModule, site: str) -> tuple[Node, int]:
+    """Remove the record at ``site`` from its switch; return the switch and the event."""
+    name, _, index = site.partition("[r")
+    node = _node(faulty, name)
+    records = _switch_records(node)
+    event = records.pop(int(index[:-1]))
+    _set_switch(node, _switch_waits(node), records)
+    return node, event
+
+
+def drop_switch_record(
+    gm: GraphModule, original: GraphModule, limit: int | None
+) -> Iterator[Fault]:
+    """Drop one event out of a switch's record list: its waits bind to no record."""
+    for site in _spread(record_sites(gm), limit):
+        faulty = copy_module(gm)
+        _drop_switch_record(faulty, site)
+        expect = frozenset({"unrecorded-event", "race", "exit-not-joined"})
+        yield Fault("drop-switch-record", site, faulty, expect)
+
+
+def move_switch_record(
+    gm: GraphModule, original: GraphModule, limit: int | None
+) -> Iterator[Fault]:
+    """Move one event out of a switch's record list: to a ``record_event`` before the node
+    it marks (the last node of the old stream before the switch: the record is too early),
+    and to one right after the switch (on the new stream: the wrong stream)."""
+    for site in _spread(record_sites(gm), limit):
+        switch = _node(gm, site.partition("[")[0])
+        before = switch.prev
+        if _is_compute(before):
+            faulty = copy_module(gm)
+            _, event = _drop_switch_record(faulty, site)
+            with faulty.graph.inserting_before(_node(faulty, before.name)):
+                faulty.graph.call_function(msched.ops.record_event, (event,))
+            yield Fault(
+                "move-switch-record", f"{site} -> before {before.name}", faulty, _MISSED_WAIT
+            )
+        faulty = copy_module(gm)
+        node, event = _drop_switch_record(faulty, site)
+        with faulty.graph.inserting_after(node):
+            faulty.graph.call_function(msched.ops.record_event, (event,))
+        yield Fault("move-switch-record", f"{site} -> after the switch", faulty, _MISSED_WAIT)
 
 
 def _drop_wait(faulty: GraphModule, site: str) -> int:
@@ -127,8 +194,9 @@ def drop_wait_step(gm: GraphModule, index: int) -> str:
     if node.target is msched.ops.wait_event:
         site = node.name
     else:
-        first = next(i for i, st in enumerate(interpret(gm).steps) if st.node is node)
-        site = f"{node.name}[{index - first - 1}]"  # the switch is the node's first step
+        steps = interpret(gm).steps  # the switch's records, the switch, then its waits
+        before = sum(1 for st in steps[:index] if st.node is node and st.kind == "wait_event")
+        site = f"{node.name}[{before}]"
     _drop_wait(gm, site)
     gm.recompile()
     return site
@@ -204,6 +272,8 @@ def unrecorded_switch_wait(
 
 def _never_recorded(gm: GraphModule) -> int:
     events = [n.args[0] for n in gm.graph.nodes if n.target is msched.ops.record_event]
+    events += [e for n in gm.graph.nodes if n.target is msched.ops.set_stream
+               for e in _switch_records(n)]  # fmt: skip
     return max((e for e in events if isinstance(e, int)), default=0) + 100
 
 
@@ -360,6 +430,8 @@ INJECTORS: dict[str, Callable[[GraphModule, GraphModule, int | None], Iterator[F
     "drop-wait": drop_wait,
     "move-wait": move_wait,
     "unrecorded-switch-wait": unrecorded_switch_wait,
+    "drop-switch-record": drop_switch_record,
+    "move-switch-record": move_switch_record,
     "capture-after-output": capture_after_output,
     "move-stream": move_stream,
     "drop-record-stream": drop_record_stream,

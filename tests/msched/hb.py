@@ -64,7 +64,9 @@ def happens_before(
             events[step.event] = tuple(vc[s])
         elif step.kind == "wait_event":
             assert step.event is not None
-            snap = events[step.event]
+            snap = events.get(step.event)
+            if snap is None:  # no record of it before: it waits for nothing
+                continue
             waits.append(Wait(step.node, index, s, tuple(vc[s]), snap))
             vc[s] = [max(a, b) for a, b in zip(vc[s], snap, strict=True)]
         elif step.kind == "compute":

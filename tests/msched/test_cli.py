@@ -332,3 +332,14 @@ def test_diff_of_bad_input_exits_2_with_one_line(
     code, out, err = run(["diff", *argv], capsys)
     assert (code, out) == (2, "")
     assert len(err.splitlines()) == 1 and err.startswith("msched diff: error: "), err
+
+
+def test_explain_a_switch_that_records_says_the_record_on_the_old_stream_then_the_switch(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(["explain", *SMALL, "set_stream_2"], capsys)
+    assert code == 0
+    first, second, *rest = out.splitlines()
+    assert first.startswith("set_stream_2: record @") and first.endswith(", then")
+    assert second.startswith("set_stream_2: switch, wait @")
+    assert any(line.startswith("  record @") and " waited on by " in line for line in rest)

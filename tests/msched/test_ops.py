@@ -24,7 +24,9 @@ def _graph_with_stream_ops() -> GraphModule:
 def test_stream_ops_are_real_ops_in_the_msched_namespace() -> None:
     schemas = {op._schema.name: str(op._schema) for op in msched.ops.STREAM_OPS}
     assert schemas == {
-        "msched::set_stream": "msched::set_stream(int stream, int[] wait_events=[]) -> ()",
+        "msched::set_stream": (
+            "msched::set_stream(int stream, int[] wait_events=[], int[] record_events=[]) -> ()"
+        ),
         "msched::record_event": "msched::record_event(int event) -> ()",
         "msched::wait_event": "msched::wait_event(int event) -> ()",
         "msched::record_stream": "msched::record_stream(Tensor t, int stream) -> ()",

@@ -80,13 +80,17 @@ DIALECT = msched.Dialect.from_namespace(NAMESPACE)
 def translate(gm: GraphModule) -> GraphModule:
     """Rewrite msched's stream ops of ``gm`` into this namespace (in place); return ``gm``.
 
-    This namespace has the plain four ops: a switch that waits (``set_stream(s, [a, b])``)
-    becomes ``set_stream(s)``, ``wait_event(a)``, ``wait_event(b)``.
+    This namespace has the plain four ops: a switch that records and waits
+    (``set_stream(s, [a, b], [c])``) becomes ``record_event(c)``, ``set_stream(s)``,
+    ``wait_event(a)``, ``wait_event(b)``.
     """
     for node in list(gm.graph.nodes):
         if node.target is msched.ops.set_stream and len(node.args) > 1:
-            stream, events = node.args
+            stream, events, *recorded = node.args
             node.args = (stream,)
+            for event in recorded[0] if recorded else ():  # type: ignore[union-attr]
+                with gm.graph.inserting_before(node):
+                    gm.graph.call_function(msched.ops.record_event, (event,))
             at = node
             for event in events:  # type: ignore[union-attr]
                 with gm.graph.inserting_after(at):

@@ -216,6 +216,9 @@ def test_a_scheduled_graph_drives_the_runtime_consistently() -> None:
         with rt.active():
             stack.gm(*stack.example_inputs())
     event_ids = {n.args[0] for n in stack.gm.graph.nodes if n.target is msched.ops.record_event}
+    for n in stack.gm.graph.nodes:  # the records of switches that record
+        if n.target is msched.ops.set_stream and len(n.args) > 2:
+            event_ids.update(n.args[2])  # type: ignore[arg-type]
     assert rt.num_events_created == len(event_ids) == sched.num_events
     used = {n.args[0] for n in stack.gm.graph.nodes if n.target is msched.ops.set_stream}
     assert rt.num_streams_created == len(used - {0})
@@ -244,4 +247,24 @@ def test_a_switch_that_waits_waits_on_the_new_stream_for_each_event() -> None:
         ("wait", "aux1", "e1", "aux1"),
         ("set", "aux1"),
         ("set", "caller"),  # leaving the block
+    ]
+
+
+def test_a_switch_that_records_records_on_the_old_stream_then_switches_then_waits() -> None:
+    api = FakeCuda()
+    rt = StreamRuntime(api)
+    with rt.active():
+        rt.set_stream(1, [], [0])  # record e0 on the caller's stream, then switch
+        rt.set_stream(2, [0], [1, 2])  # e1, e2 on aux1; aux2 waits for e0
+        msched.ops.set_stream(0, [1], [3])  # the op, through the active runtime
+    assert api.log == [
+        ("record", "caller", "e0"),
+        ("set", "aux1"),
+        ("record", "aux1", "e1"),
+        ("record", "aux1", "e2"),
+        ("wait", "aux2", "e0", "caller"),
+        ("set", "aux2"),
+        ("record", "aux2", "e3"),
+        ("wait", "caller", "e1", "aux1"),
+        ("set", "caller"),
     ]

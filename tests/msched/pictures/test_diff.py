@@ -86,6 +86,29 @@ def test_text_json_and_the_old_text_of_event_ids_read_as_the_same_schedule(
     assert schedule_diff(parse_schedule(_old_text(sched.gm)), text) == []
 
 
+def _records_apart(gm: GraphModule) -> GraphModule:
+    """A copy of ``gm`` whose switches record nothing: each record of a switch's list is a
+    ``record_event`` node right before it (the same schedule in the ops of older graphs)."""
+    copy = GraphModule(gm, gm.graph.__deepcopy__(), "Apart")
+    for node in list(copy.graph.nodes):
+        if node.target is msched.ops.set_stream and len(node.args) > 2:
+            stream, waits, records = node.args
+            node.args = (stream, waits)
+            for event in records:  # type: ignore[union-attr]
+                with copy.graph.inserting_before(node):
+                    copy.graph.call_function(msched.ops.record_event, (event,))
+    copy.recompile()
+    return copy
+
+
+def test_a_switch_that_records_reads_as_the_records_before_it(sched: msched.Schedule) -> None:
+    apart = _records_apart(sched.gm)
+    assert len(apart.graph.nodes) > len(sched.gm.graph.nodes)  # the schedule has some
+    assert pictures.render_text(apart) == pictures.render_text(sched.gm)
+    assert _diff(apart, sched.gm) == [] and _diff(sched.gm, apart) == []
+    assert same_schedule(parsed(sched.gm), parse_schedule(pictures.render_json(apart)))
+
+
 def test_an_added_node_is_one_line_with_its_waits_and_who_joins_it() -> None:
     lines = _diff(_two(True), _two(True, extra=True))
     assert lines == [

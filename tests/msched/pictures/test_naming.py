@@ -176,8 +176,13 @@ def _renumber_like_an_emitter(gm: GraphModule) -> None:
             count += 1
         elif node.target is msched.ops.wait_event:
             node.args = (latest.get(node.args[0], 10_000 + node.args[0]),)
-        elif node.target is msched.ops.set_stream and len(node.args) > 1:  # a switch that waits
-            node.args = (node.args[0], [latest.get(e, 10_000 + e) for e in node.args[1]])
+        elif node.target is msched.ops.set_stream and len(node.args) > 1:  # records, waits
+            records = list(node.args[2]) if len(node.args) > 2 else []  # type: ignore[arg-type]
+            for k, event in enumerate(records):  # recorded before the switch waits
+                latest[event] = records[k] = count
+                count += 1
+            waits = [latest.get(e, 10_000 + e) for e in node.args[1]]  # type: ignore[union-attr]
+            node.args = (node.args[0], waits, records) if records else (node.args[0], waits)
 
 
 def _insert_unrelated(gm: GraphModule, where: int, stream: int, join: int) -> None:

@@ -43,12 +43,24 @@ def test_text_header_lines_then_one_line_per_node_with_output_last(sched: msched
         f"# makespan {format_number(sched.makespan)}, "
         f"lower bound {format_number(sched.lower_bound)}"
     )
-    # One line per node, set_stream folded into the lane column unless it waits (then it is
-    # one line with its waits): one line per node that is not a switch without waits.
+    # One line per step, set_stream folded into the lane column unless it waits (then it is
+    # one line with its waits); the records of a switch are lines of their own, on the old lane.
+    all_steps = interpret(sched.gm).steps
+
+    def waits_of_switch(i: int) -> bool:  # step i is a wait of the switch right before it
+        return (
+            i > 0
+            and all_steps[i - 1].node is all_steps[i].node
+            and (all_steps[i - 1].kind in ("set_stream", "wait_event"))
+        )
+
     steps = [
-        s for s in interpret(sched.gm).steps if s.kind != "set_stream" or len(s.node.args) == 1
+        s
+        for i, s in enumerate(all_steps)
+        if (s.kind == "set_stream" and i + 1 < len(all_steps) and waits_of_switch(i + 1))
+        or (s.kind != "set_stream" and not (s.kind == "wait_event" and waits_of_switch(i)))
     ]
-    steps = [s for i, s in enumerate(steps) if i == 0 or steps[i - 1].node is not s.node]
+    assert any(s.kind == "record_event" and s.node.target is msched.ops.set_stream for s in steps)
     assert len(lines) == 2 + len(steps)
     assert lines[-1].startswith("s0 | output(")
     for line, step in zip(lines[2:], steps, strict=True):
@@ -137,9 +149,10 @@ def test_json_round_trips_and_describes_the_schedule(sched: msched.Schedule) -> 
     assert list(dict.fromkeys(names)) == [n.name for n in sched.gm.graph.nodes]
     assert len(names) == len(interpret(sched.gm).steps)
     a = sched.assignment
-    for entry in data["nodes"]:
+    for entry, step in zip(data["nodes"], interpret(sched.gm).steps, strict=True):
         node = node_named(sched.gm, entry["name"])
-        assert entry["stream"] == sched.stream_of(node)
+        assert entry["stream"] == step.stream  # a switch's records: the old stream
+        assert entry["stream"] == sched.stream_of(node) or entry["kind"] == "record_event"
         if node in a.order:
             assert (entry["start"], entry["end"]) == (a.start[node], a.finish[node])
     assert (data["streams"], data["num_events"], data["num_waits"]) == (
@@ -291,12 +304,12 @@ def test_a_wait_after_output_binds_to_nothing_because_it_never_runs() -> None:
     assert step not in v.clocks.binding and event_of(v, step) is None
     assert all(step not in use.waits for use in v.events)
     # Named after the record it would bind to if it ran: the latest earlier one of its event.
-    recorded = [n for n in graph.nodes if n.target is msched.ops.record_event]
-    latest = [n for n in recorded if n.args[0] == wait.args[0]][-1]
+    records = [s for s in v.program.steps if s.kind == "record_event"]
+    latest = [s for s in records if s.event == wait.args[0]][-1]
     line = pictures.render_text(sched.gm).splitlines()[-1]
     assert (
         line
         == f"s{v.program.stream_of[wait]} | {'  ' * v.program.stream_of[wait]}wait "
-        + (v.names.records[v.program.steps[host_index(v, latest)]])
+        + v.names.records[latest]
     )
     json.loads(pictures.render_json(sched.gm))

@@ -28,9 +28,10 @@ from ..faults import (
 )
 
 # Faults whose effect shows in the scheduled graph alone; the rest need ``original``.
-WITHOUT_ORIGINAL = ("drop-wait", "move-wait", "unrecorded-switch-wait", "capture-after-output",
-                    "move-stream", "drop-record-stream", "unrecorded-wait")  # fmt: skip
-CROSS_CHECKED = ("drop-wait", "move-wait", "move-stream")
+WITHOUT_ORIGINAL = ("drop-wait", "move-wait", "unrecorded-switch-wait", "drop-switch-record",
+                    "move-switch-record", "capture-after-output", "move-stream",
+                    "drop-record-stream", "unrecorded-wait")  # fmt: skip
+CROSS_CHECKED = ("drop-wait", "move-wait", "move-switch-record", "move-stream")
 
 
 def reported_orderings(report: msched.Report) -> set[tuple[str, str]]:

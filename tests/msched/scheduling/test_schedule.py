@@ -144,8 +144,10 @@ def test_scheduled_module_runs_without_recompile_and_keeps_names() -> None:
     x, dest = stack.example_inputs()
     assert torch.equal(stack.gm(x, dest), expected_out) and torch.equal(dest, expected_dest)
     assert sched.num_waits == interpret(stack.gm).num_waits
-    records = stream_op_nodes(stack.gm, msched.ops.record_event)
-    assert sched.num_events == len({n.args[0] for n in records}) == len(records)
+    records = [n.args[0] for n in stream_op_nodes(stack.gm, msched.ops.record_event)]
+    for switch in stream_op_nodes(stack.gm, msched.ops.set_stream):  # a switch's records
+        records += switch.args[2] if len(switch.args) > 2 else []  # type: ignore[operator]
+    assert sched.num_events == len(set(records)) == len(records)
     assert [n.name for n in sched.original.graph.nodes] == before
     assert not any(n.target in STREAM_OPS for n in sched.original.graph.nodes)
 
@@ -354,9 +356,9 @@ def test_a_switch_and_the_waits_right_after_it_are_one_node() -> None:
     sched = msched.schedule(stack.gm, 3)
     nodes = list(stack.gm.graph.nodes)
     switches = stream_op_nodes(stack.gm, msched.ops.set_stream)
-    fused = [n for n in switches if len(n.args) == 2]
-    assert fused and all(n.args[1] and all(type(e) is int for e in n.args[1]) for n in fused)
-    assert all(len(n.args) == 1 for n in switches if n not in fused)  # switches that wait not
+    fused = [n for n in switches if len(n.args) > 1 and n.args[1]]
+    assert fused and all(all(type(e) is int for e in n.args[1]) for n in fused)
+    assert all(len(n.args) == 1 or not n.args[1] for n in switches if n not in fused)
     # A wait_event node is left only where no switch comes right before it: the stream went on.
     for wait in stream_op_nodes(stack.gm, msched.ops.wait_event):
         before = nodes[nodes.index(wait) - 1]
@@ -365,4 +367,29 @@ def test_a_switch_and_the_waits_right_after_it_are_one_node() -> None:
     in_lists = sum(len(n.args[1]) for n in fused)
     assert sched.num_waits == in_lists + len(stream_op_nodes(stack.gm, msched.ops.wait_event))
     assert sched.num_waits == sum(1 for st in steps if st.kind == "wait_event")
+    assert msched.verify(stack.gm, original=sched.original).ok
+
+
+def test_a_record_right_before_a_switch_is_in_that_switch() -> None:
+    stack = decoder_stack(6, (1, 3, 5), moe=True)
+    sched = msched.schedule(stack.gm, 3)
+    nodes = list(stack.gm.graph.nodes)
+    recording = [n for n in stream_op_nodes(stack.gm, msched.ops.set_stream) if len(n.args) > 2]
+    assert recording and all(
+        n.args[2] and all(type(e) is int for e in n.args[2]) for n in recording
+    )
+    program = interpret(stack.gm)
+    for switch in recording:  # records the last node the old stream issued, on that stream
+        before = nodes[nodes.index(switch) - 1]
+        assert before.target not in STREAM_OPS and before.op == "call_function", switch.name
+        old = program.stream_of[before]
+        mine = [st for st in program.steps if st.node is switch]
+        assert [st.kind for st in mine[: len(switch.args[2])]] == ["record_event"] * len(
+            switch.args[2]  # type: ignore[arg-type]
+        )
+        assert all(st.stream == old for st in mine if st.kind == "record_event")
+    # A record_event node is left only where its stream goes on: no switch right after it.
+    for record in stream_op_nodes(stack.gm, msched.ops.record_event):
+        after = nodes[nodes.index(record) + 1]
+        assert after.target is not msched.ops.set_stream, record.name
     assert msched.verify(stack.gm, original=sched.original).ok
