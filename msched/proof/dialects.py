@@ -55,8 +55,12 @@ def _read_switch(node: Node) -> tuple[Action, ...]:
     """``set_stream(s)``, or msched's ``set_stream(s, wait_events, record_events)``: a record
     on the current (old) stream for each of ``record_events``, a switch to ``s``, and a wait
     on ``s`` for each of ``wait_events``, each list in order."""
-    switch = actions.switch(actions.int_argument(node, 0, "set_stream", "stream"))
     args, kwargs = node.args, node.kwargs
+    first = args[0] if args else None
+    if type(first) is int and first >= 0:  # the common case, without the checks' calls
+        switch = _new_action(Action, ("set_stream", None, None, first, None))
+    else:
+        switch = actions.switch(actions.int_argument(node, 0, "set_stream", "stream"))
     if len(args) < 2 and not kwargs:
         return (switch,)
     waits = _int_list(node, 1, "wait_events") if len(args) > 1 or "wait_events" in kwargs else []
@@ -66,10 +70,15 @@ def _read_switch(node: Node) -> tuple[Action, ...]:
     return (*map(actions.record, records), switch, *map(actions.wait, waits))
 
 
+_new_action = tuple.__new__
+
+
 def _int_list(node: Node, index: int, name: str) -> list[int]:
     """Argument ``index`` (or keyword ``name``) of ``node``: a list of literal non-negative
     ints (`msched.proof.actions.int_argument` for each)."""
     value = node.args[index] if len(node.args) > index else node.kwargs[name]
+    if type(value) is list and all(type(e) is int and e >= 0 for e in value):
+        return value
     if not isinstance(value, (list, tuple)):
         raise InvalidGraphError(
             f"set_stream node {node.name!r} takes a list of event ids as {name}, got "
@@ -147,7 +156,8 @@ class Dialect:
     ) -> Dialect:
         """A dialect of the given ops: ``readers`` maps each op (an ``OpOverload``,
         ``OpOverloadPacket``, callable or ``"ns::op"`` name) to the function that reads one
-        of its nodes as actions (`msched.proof.actions`).  A node whose op is not in
+        of its nodes as actions (`msched.proof.actions`; a reader that returns None leaves
+        that node compute, an empty sequence makes it host-only).  A node whose op is not in
         ``readers`` is compute, on ``node_stream(node)`` when that gives a key, else on the
         current stream.  See README "Checking other engines' graphs".
         """
@@ -531,9 +541,13 @@ def _read(reader: Callable[[Node], Any], node: Node, label: str) -> Any:
     except MschedError:
         raise
     except Exception as error:
-        raise InvalidGraphError(
-            f"the {label} dialect cannot read node {node.name!r}: {type(error).__name__}: {error}"
-        ) from error
+        raise _unreadable(node, label, error) from error
+
+
+def _unreadable(node: Node, label: str, error: Exception) -> InvalidGraphError:
+    return InvalidGraphError(
+        f"the {label} dialect cannot read node {node.name!r}: {type(error).__name__}: {error}"
+    )
 
 
 def _op_label(node: Node) -> str:
@@ -556,19 +570,37 @@ def _interpret(
         )
     streams, events = _Keys(caller), _Keys()
     steps: list[Step] = []
+    append = steps.append
     stream_of: dict[Node, int] = {}
     passthrough: dict[Node, Node] = {}
     current = 0
+    by_id = classify._by_id
     for node in graph.nodes:
-        reader = classify.reader(node)
-        done = None if reader is None else _read(reader, node, classify.label)
+        # The classifier's cache, inlined: this loop runs once per node of every verify.
+        if node.op != "call_function":
+            reader = None
+        else:
+            target = node.target
+            cached = by_id.get(id(target))
+            reader = (
+                cached[1] if cached is not None and cached[0] is target else classify.reader(node)
+            )
+        if reader is None:
+            done = None
+        else:
+            try:
+                done = reader(node)
+            except MschedError:
+                raise
+            except Exception as error:
+                raise _unreadable(node, classify.label, error) from error
         if done is None:
             s = current
             if node_stream is not None and node.op not in _INPUTS:
                 key = _read(node_stream, node, classify.label)
                 if key is not None:
                     s = streams.id(key, node, "stream")
-            steps.append(_new_step(Step, (node, "compute", s, None, None, None)))
+            append(_new_step(Step, (node, "compute", s, None, None, None)))
             stream_of[node] = s
             continue
         acted = False
@@ -602,19 +634,36 @@ def _append(
             f"the dialect read node {node.name!r} as {action!r}, which is no action "
             "(build actions with msched.proof.actions)"
         )
-    s = current if action.stream is None else streams.id(action.stream, node, "stream")
-    to = None if action.to_stream is None else streams.id(action.to_stream, node, "stream")
-    event = None if action.event is None else events.id(action.event, node, "event")
+    _, stream, event_key, to_key, tensor = action
+    # Small int ids are their own ids (`_Keys.id` checks the rest).
+    if stream is None:
+        s = current
+    elif type(stream) is int and 0 <= stream < MAX_STREAMS and stream <= streams.highest:
+        s = stream
+    else:
+        s = streams.id(stream, node, "stream")
+    if to_key is None:
+        to = None
+    elif type(to_key) is int and 0 <= to_key < MAX_STREAMS and to_key <= streams.highest:
+        to = to_key
+    else:
+        to = streams.id(to_key, node, "stream")
+    if event_key is None:
+        event = None
+    elif type(event_key) is int and 0 <= event_key <= events.highest:
+        event = event_key
+    else:
+        event = events.id(event_key, node, "event")
     if kind == "set_stream":
         if to is None:
             raise InvalidGraphError(f"node {node.name!r} switches to no stream")
-        steps.append(Step(node, kind, to, to_stream=to))
+        steps.append(_new_step(Step, (node, kind, to, None, to, None)))
         return to
     if kind in ("record_event", "wait_event") and event is None:
         raise InvalidGraphError(f"node {node.name!r} reads as a {kind} of no event")
     if kind in ("wait_stream", "record_stream") and to is None:
         raise InvalidGraphError(f"node {node.name!r} reads as a {kind} of no stream")
-    steps.append(Step(node, kind, s, event, to, action.tensor))
+    steps.append(_new_step(Step, (node, kind, s, event, to, tensor)))
     return current
 
 
