@@ -336,6 +336,15 @@ def detect_dialect(gm: GraphModule | Graph) -> Dialect:
 CALLER_META = "msched_caller_stream"  # GraphModule.meta: the caller stream's table indices
 
 
+def describe_key(key: Hashable, what: str) -> str:
+    """How a report names the dialect key behind stream or event ``what`` (``"stream"``)."""
+    if isinstance(key, tuple) and len(key) == 2 and key[0] == "torch":
+        return f"PyTorch {what} table index {key[1]}"
+    if isinstance(key, tuple) and len(key) == 2 and key[0] == "autodeploy":
+        return f"AutoDeploy {what} {key[1]!r}"
+    return repr(key)
+
+
 def streams_in_metadata(graph: Graph) -> bool:
     """Whether ``graph`` says where its nodes run in PyTorch's way (a graph from
     `msched.trace_streams`, or a node with ``meta["custom"]["stream"]``): then it is read in
@@ -399,6 +408,8 @@ class StreamProgram:
     """A graph read in host order: its steps, the stream of every node (a stream op's: the
     current stream after it), the number of streams, the output node, and the stream ops
     whose value is one of their inputs (``passthrough[node]``, `msched.proof.actions.passes`).
+    ``stream_keys`` / ``event_keys`` say which dialect key each numbered stream or event
+    stands for, where it is not the int id itself (a PyTorch table index, a name).
     """
 
     steps: tuple[Step, ...]
@@ -406,6 +417,8 @@ class StreamProgram:
     num_streams: int
     output: Node
     passthrough: dict[Node, Node] = field(default_factory=dict)
+    stream_keys: dict[int, Hashable] = field(default_factory=dict)
+    event_keys: dict[int, Hashable] = field(default_factory=dict)
 
     @property
     def compute_steps(self) -> tuple[Step, ...]:
@@ -618,7 +631,11 @@ def _interpret(
     if streams.other or events.other:
         steps, stream_of = _renumbered(steps, stream_of, streams, events)
     highest = streams.highest + len(streams.other)
-    return StreamProgram(tuple(steps), stream_of, highest + 1, outputs[0], passthrough)
+    stream_keys = {streams.highest - p: key for key, p in streams.other.items()}
+    event_keys = {events.highest - p: key for key, p in events.other.items()}
+    return StreamProgram(
+        tuple(steps), stream_of, highest + 1, outputs[0], passthrough, stream_keys, event_keys
+    )
 
 
 _INPUTS = frozenset({"placeholder", "get_attr"})

@@ -58,7 +58,7 @@ from msched.analysis.nodes import INPUT_OPS, graph_of
 from msched.errors import ScheduleVerificationError
 from msched.limits import check_num_streams
 from msched.proof.clocks import Clocks, clocks_of
-from msched.proof.dialects import Dialect, Step, StreamProgram, interpret
+from msched.proof.dialects import Dialect, Step, StreamProgram, describe_key, interpret
 
 KINDS = (
     "after-output",
@@ -99,11 +99,15 @@ class Violation:
 
 @dataclass(frozen=True)
 class Report:
-    """The result of `verify`: ``ok`` when ``violations`` is empty."""
+    """The result of `verify`: ``ok`` when ``violations`` is empty.
+
+    ``legend`` says, for a graph of another engine, which of its streams and events the
+    numbers in the messages stand for (``stream 1 = PyTorch stream table index 2``)."""
 
     violations: tuple[Violation, ...]
     num_streams: int
     num_nodes: int
+    legend: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -124,6 +128,8 @@ class Report:
             return f"schedule verified: no violation ({where})"
         lines = [f"schedule has {len(self.violations)} violation(s) ({where}):"]
         lines += [f"  {v}" for v in self.violations]
+        if self.legend:
+            lines.append(f"  where {'; '.join(self.legend)}")
         return "\n".join(lines)
 
 
@@ -190,7 +196,13 @@ def verify(
     else:
         root = _check_against_original(before, graph, program, clocks, found)
     _check_record_streams(program, clocks, root, found)
-    return Report(tuple(found.items), clocks.num_streams, len(clocks.order))
+    return Report(tuple(found.items), clocks.num_streams, len(clocks.order), _legend(program))
+
+
+def _legend(program: StreamProgram) -> tuple[str, ...]:
+    streams = [f"stream {s} = {describe_key(k, 'stream')}" for s, k in program.stream_keys.items()]
+    events = [f"event {e} = {describe_key(k, 'event')}" for e, k in program.event_keys.items()]
+    return tuple(streams + events)
 
 
 def _checked_arguments(

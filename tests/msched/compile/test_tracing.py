@@ -310,3 +310,9 @@ def test_nothing_to_trace_and_untraceable_cpu_calls_say_so() -> None:
 
     with pytest.raises(msched.InvalidArgumentError, match=r"create the event \(torch.Event"):
         msched.trace_streams(records_on_the_stream, inputs()[0])
+
+
+def test_a_report_names_the_pytorch_table_index_of_each_stream() -> None:
+    report = msched.verify(msched.trace_streams(side_stream_without_any_sync, inputs()[0]))
+    assert report.legend == ("stream 1 = PyTorch stream table index 1",)
+    assert "where stream 1 = PyTorch stream table index 1" in str(report)

@@ -350,3 +350,14 @@ def test_a_reader_that_fails_is_said_as_the_node_it_could_not_read(
 def test_a_non_index_caller_stream_is_refused() -> None:
     with pytest.raises(msched.InvalidArgumentError, match="caller_stream must be"):
         Dialect.named("torch", caller_stream=1.5)
+
+
+def test_a_report_says_which_engine_stream_and_event_each_number_is() -> None:
+    report = msched.verify(autodeploy_program("war"))
+    assert report.legend == (
+        "stream 1 = AutoDeploy stream 'aux'",
+        "event 1 = AutoDeploy event 'main'",
+        "event 2 = AutoDeploy event 'aux'",
+    )
+    assert str(report).endswith("where " + "; ".join(report.legend))
+    assert msched.verify(trtllm_program("war")).legend == ()  # int ids are their own names
