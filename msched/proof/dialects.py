@@ -77,7 +77,7 @@ def _int_list(node: Node, index: int, name: str) -> list[int]:
     """Argument ``index`` (or keyword ``name``) of ``node``: a list of literal non-negative
     ints (`msched.proof.actions.int_argument` for each)."""
     value = node.args[index] if len(node.args) > index else node.kwargs[name]
-    if type(value) is list and all(type(e) is int and e >= 0 for e in value):
+    if isinstance(value, list) and all(type(e) is int and e >= 0 for e in value):
         return value
     if not isinstance(value, (list, tuple)):
         raise InvalidGraphError(
@@ -108,6 +108,60 @@ def _four_op_reader(kind: str) -> Reader:
 
 
 _FOUR_OP_READERS = {kind: _four_op_reader(kind) for kind in FOUR_OPS}
+
+
+def _direct_four_op(kind: str) -> Callable[..., int | None]:
+    """The steps of a four-op node appended straight away (what its reader and `_append`
+    give, without building actions: `interpret` runs once per node of every verify).
+    Returns the current stream after the node, or None for arguments that are not plain
+    literals, which then take the reader's path (and its error messages)."""
+
+    def direct(
+        node: Node, current: int, steps: list[Step], streams: _Keys, events: _Keys
+    ) -> int | None:
+        args = node.args
+        if node.kwargs or not args:
+            return None
+        first = args[0]
+        if kind == "record_stream":
+            if len(args) != 2 or type(args[1]) is not int or not 0 <= args[1] < MAX_STREAMS:
+                return None
+            tensor = first if isinstance(first, Node) else None
+            streams.highest = max(streams.highest, args[1])
+            steps.append(_new_step(Step, (node, kind, current, None, args[1], tensor)))
+            return current
+        if type(first) is not int or first < 0:
+            return None
+        if kind != "set_stream":
+            if len(args) != 1:
+                return None
+            events.highest = max(events.highest, first)
+            steps.append(_new_step(Step, (node, kind, current, first, None, None)))
+            return current
+        if first >= MAX_STREAMS or len(args) > 3:
+            return None
+        waits: Any = args[1] if len(args) > 1 else ()
+        records: Any = args[2] if len(args) > 2 else ()
+        for events_of in (waits, records):
+            if not isinstance(events_of, (list, tuple)):  # fx keeps lists as immutable_list
+                return None
+            for e in events_of:
+                if type(e) is not int or e < 0:
+                    return None
+                if e > events.highest:
+                    events.highest = e
+        streams.highest = max(streams.highest, first)
+        for e in records:
+            steps.append(_new_step(Step, (node, "record_event", current, e, None, None)))
+        steps.append(_new_step(Step, (node, kind, first, None, first, None)))
+        for e in waits:
+            steps.append(_new_step(Step, (node, "wait_event", first, e, None, None)))
+        return first
+
+    return direct
+
+
+_DIRECT = {_FOUR_OP_READERS[kind]: _direct_four_op(kind) for kind in FOUR_OPS}
 
 
 @dataclass(frozen=True)
@@ -353,11 +407,15 @@ def streams_in_metadata(graph: Graph) -> bool:
     module = graph.owning_module
     if module is not None and CALLER_META in getattr(module, "meta", {}):
         return True
-    for node in graph.nodes:
-        custom = node.meta.get("custom")
-        if custom and isinstance(custom, dict) and "stream" in custom and node.op not in _INPUTS:
-            return True
-    return False
+    return any(_annotated(node) for node in graph.nodes)
+
+
+def _annotated(node: Node) -> bool:
+    """Whether ``node`` runs on a stream PyTorch's annotations name."""
+    custom = node.meta.get("custom")
+    return (
+        bool(custom) and isinstance(custom, dict) and "stream" in custom and node.op not in _INPUTS
+    )
 
 
 def _action_first(namespace: str) -> tuple[bool, str]:
@@ -438,6 +496,7 @@ class _Classifier:
         self.foreign: str | None = None
         self.table = dialect._table()
         self.label = dialect.label
+        self.annotated = False  # a compute node with meta["custom"]["stream"] was seen
         # id(target) -> (target, reader): hashing an OpOverload runs Python code, id() does not.
         self._by_id: dict[int, tuple[Any, Reader | None]] = {}
 
@@ -496,7 +555,9 @@ def interpret(gm: GraphModule | Graph, dialect: Dialect | str | None = None) -> 
     if dialect is None:
         classify = _Classifier(Dialect(), detecting=True)
         program = _interpret(graph, classify, None, 0)
-        if classify.foreign is None and not streams_in_metadata(graph):
+        module = graph.owning_module
+        from_trace = module is not None and CALLER_META in getattr(module, "meta", {})
+        if classify.foreign is None and not classify.annotated and not from_trace:
             return program
         dialect = detect_dialect(graph)
     chosen = as_dialect(dialect)
@@ -588,6 +649,7 @@ def _interpret(
     passthrough: dict[Node, Node] = {}
     current = 0
     by_id = classify._by_id
+    detecting = classify.detecting
     for node in graph.nodes:
         # The classifier's cache, inlined: this loop runs once per node of every verify.
         if node.op != "call_function":
@@ -600,7 +662,15 @@ def _interpret(
             )
         if reader is None:
             done = None
+            if detecting and "custom" in node.meta and not classify.annotated:
+                classify.annotated = _annotated(node)
         else:
+            direct = _DIRECT.get(reader)
+            if direct is not None:
+                after = direct(node, current, steps, streams, events)
+                if after is not None:
+                    current = stream_of[node] = after
+                    continue
             try:
                 done = reader(node)
             except MschedError:

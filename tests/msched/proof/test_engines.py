@@ -361,3 +361,22 @@ def test_a_report_says_which_engine_stream_and_event_each_number_is() -> None:
     )
     assert str(report).endswith("where " + "; ".join(report.legend))
     assert msched.verify(trtllm_program("war")).legend == ()  # int ids are their own names
+
+
+def test_msched_s_ops_read_the_same_through_the_fast_path_and_the_readers() -> None:
+    """`interpret` appends the steps of plain four-op nodes directly; the same ops read
+    through their readers (wrapped, so the fast path does not know them) give equal steps."""
+    from msched.proof import dialects
+    from msched.testing.decoders import decoder_stack
+
+    sched = msched.schedule(decoder_stack(3, (0, 2), moe=True).gm, 3)
+    readers = {
+        getattr(msched.ops, kind): (lambda r: lambda node: r(node))(dialects._FOUR_OP_READERS[kind])
+        for kind in dialects.FOUR_OPS
+    }
+    slow = interpret(sched.gm, Dialect.define("slow", readers))
+    fast = interpret(sched.gm)
+    assert fast.steps == slow.steps and fast.stream_of == slow.stream_of
+    assert any(
+        s.kind == "record_event" and s.node.target is msched.ops.set_stream for s in fast.steps
+    )
