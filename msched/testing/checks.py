@@ -31,7 +31,7 @@ from msched.analysis.cost import CostModel
 from msched.analysis.effects import compute_effects
 from msched.errors import MschedError
 from msched.pictures.naming import event_names
-from msched.pictures.text import node_text, step_text
+from msched.pictures.text import node_text, step_text, switch_text
 from msched.proof.clocks import clocks_of
 from msched.proof.dialects import Dialect, as_dialect, interpret
 from msched.proof.verifier import Report, verify
@@ -285,8 +285,22 @@ def _lines(gm: GraphModule, dialect: Dialect | str | None) -> list[_Line]:
         names = event_names(program)
     except MschedError:
         return [_Line(node, -1, node_text(node)) for node in gm.graph.nodes]
-    steps = (s for s in program.steps if s.kind != "set_stream")
-    return [_Line(s.node, s.stream, step_text(s, names)) for s in steps]
+    lines: list[_Line] = []
+    steps = program.steps
+    i = 0
+    while i < len(steps):  # a switch and its waits on one line, as in the snapshot text
+        step = steps[i]
+        i += 1
+        if step.kind != "set_stream":
+            lines.append(_Line(step.node, step.stream, step_text(step, names)))
+            continue
+        waits = []
+        while i < len(steps) and steps[i].kind == "wait_event" and steps[i].node is step.node:
+            waits.append(steps[i])
+            i += 1
+        if waits:
+            lines.append(_Line(step.node, step.stream, switch_text(waits, names)))
+    return lines
 
 
 def _windows(marked: list[int], size: int, radius: int) -> list[range]:

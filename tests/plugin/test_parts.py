@@ -9,6 +9,7 @@ import torch
 from syrupy.terminal import disable_color
 
 import msched
+from msched import pictures
 from msched.pictures.text import render_text
 from msched.testing.checks import excerpt
 from msched.testing.decoders import decoder_stack
@@ -89,6 +90,18 @@ def test_excerpt_marks_the_focus_with_streams(
     assert marked[0].startswith(f"  > s{stream} | {'  ' * stream}{captures[-1]} = ")
     assert marked[-1].startswith("  > s0 | output(")
     assert text[0] == "    ..."
+
+
+def test_excerpt_shows_a_switch_and_its_waits_on_one_line_as_the_snapshot_does(
+    scheduled: tuple[msched.Schedule, list[str]],
+) -> None:
+    sched, captures = scheduled
+    text = excerpt(sched.gm, [captures[-1]], radius=3).splitlines()
+    switches = [line for line in text if "switch, wait @" in line]
+    assert switches, text
+    assert not any(line.strip().endswith("| wait @" + captures[-1]) for line in text)
+    canonical = set(pictures.render_text(sched.gm).splitlines())
+    assert all(line[4:] in canonical for line in text if line != "    ...")
 
 
 def test_exit_waits_on_every_capture_and_names_the_missing_join(
