@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from bench_schedule import capture_layers
+from bench_schedule import capture_layers, print_table
 
 import msched
 from msched.testing.decoders import decoder_stack
@@ -86,18 +86,11 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [int(n) for n in args.layers.split(",")]
     rows = [measure(n, args.streams, args.repeat, args.calls) for n in sizes]
-    cols = list(rows[0])
-    print(
+    title = (
         f"one CPU forward, scheduled / unscheduled, {args.streams} streams, median of "
         f"{args.repeat} rounds of {args.calls} calls"
     )
-    print("  ".join(f"{c:>17}" for c in cols))
-    for row in rows:
-        print(
-            "  ".join(
-                f"{row[c]:>17.3f}" if isinstance(row[c], float) else f"{row[c]:>17}" for c in cols
-            )
-        )
+    print_table(title, rows, width=17)
 
 
 if __name__ == "__main__":

@@ -125,13 +125,19 @@ def main() -> None:
     parser.add_argument("--layers", default="12,61,244")
     args = parser.parse_args()
     rows = [measure(int(n), args.streams, args.repeat) for n in args.layers.split(",")]
+    print_table(f"msched.schedule, {args.streams} streams, median of {args.repeat}", rows)
+
+
+def print_table(title: str, rows: list[dict[str, object]], width: int = 14) -> None:
+    """``title``, a header of the rows' keys, then one line per row (floats to 3 places)."""
     cols = list(rows[0])
-    print(f"msched.schedule, {args.streams} streams, median of {args.repeat}")
-    print("  ".join(f"{c:>14}" for c in cols))
+    print(title)
+    print("  ".join(f"{c:>{width}}" for c in cols))
     for row in rows:
         print(
             "  ".join(
-                f"{row[c]:>14.3f}" if isinstance(row[c], float) else f"{row[c]:>14}" for c in cols
+                f"{row[c]:>{width}.3f}" if isinstance(row[c], float) else f"{row[c]:>{width}}"
+                for c in cols
             )
         )
 

@@ -59,25 +59,20 @@ Reader = Callable[[Node], Sequence[Action]]
 """A dialect's reading of one of its stream ops: the actions of a node, in order."""
 
 
-# ``Action(...)`` runs NamedTuple's Python-level __new__; the constructors below make one per
-# stream op of every graph read, and tuple.__new__ builds the same object at a third of the cost.
-_new = tuple.__new__
-
-
 def switch(stream: Hashable) -> Action:
     """Later work is issued on ``stream``."""
-    return _new(Action, ("set_stream", None, None, stream, None))
+    return Action("set_stream", to_stream=stream)
 
 
 def record(event: Hashable, stream: Hashable | None = None) -> Action:
     """``event`` is recorded on ``stream`` (the current stream when None)."""
-    return _new(Action, ("record_event", stream, event, None, None))
+    return Action("record_event", stream=stream, event=event)
 
 
 def wait(event: Hashable, stream: Hashable | None = None) -> Action:
     """``stream`` (the current stream when None) waits for the latest earlier record of
     ``event``; a wait on an event not recorded before it waits for nothing."""
-    return _new(Action, ("wait_event", stream, event, None, None))
+    return Action("wait_event", stream=stream, event=event)
 
 
 def wait_stream(stream: Hashable | None, other: Hashable) -> Action:

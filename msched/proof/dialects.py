@@ -55,12 +55,8 @@ def _read_switch(node: Node) -> tuple[Action, ...]:
     """``set_stream(s)``, or msched's ``set_stream(s, wait_events, record_events)``: a record
     on the current (old) stream for each of ``record_events``, a switch to ``s``, and a wait
     on ``s`` for each of ``wait_events``, each list in order."""
+    switch = actions.switch(actions.int_argument(node, 0, "set_stream", "stream"))
     args, kwargs = node.args, node.kwargs
-    first = args[0] if args else None
-    if type(first) is int and first >= 0:  # the common case, without the checks' calls
-        switch = _new_action(Action, ("set_stream", None, None, first, None))
-    else:
-        switch = actions.switch(actions.int_argument(node, 0, "set_stream", "stream"))
     if len(args) < 2 and not kwargs:
         return (switch,)
     waits = _int_list(node, 1, "wait_events") if len(args) > 1 or "wait_events" in kwargs else []
@@ -70,15 +66,10 @@ def _read_switch(node: Node) -> tuple[Action, ...]:
     return (*map(actions.record, records), switch, *map(actions.wait, waits))
 
 
-_new_action = tuple.__new__
-
-
 def _int_list(node: Node, index: int, name: str) -> list[int]:
     """Argument ``index`` (or keyword ``name``) of ``node``: a list of literal non-negative
     ints (`msched.proof.actions.int_argument` for each)."""
     value = node.args[index] if len(node.args) > index else node.kwargs[name]
-    if isinstance(value, list) and all(type(e) is int and e >= 0 for e in value):
-        return value
     if not isinstance(value, (list, tuple)):
         raise InvalidGraphError(
             f"set_stream node {node.name!r} takes a list of event ids as {name}, got "
@@ -404,10 +395,13 @@ def streams_in_metadata(graph: Graph) -> bool:
     `msched.trace_streams`, or a node with ``meta["custom"]["stream"]``): then it is read in
     the ``torch`` dialect even without a stream op (an AOT graph whose side stream never
     waits has none)."""
+    return _traced(graph) or any(_annotated(node) for node in graph.nodes)
+
+
+def _traced(graph: Graph) -> bool:
+    """Whether ``graph`` is of a module `msched.trace_streams` returned."""
     module = graph.owning_module
-    if module is not None and CALLER_META in getattr(module, "meta", {}):
-        return True
-    return any(_annotated(node) for node in graph.nodes)
+    return module is not None and CALLER_META in getattr(module, "meta", {})
 
 
 def _annotated(node: Node) -> bool:
@@ -555,9 +549,7 @@ def interpret(gm: GraphModule | Graph, dialect: Dialect | str | None = None) -> 
     if dialect is None:
         classify = _Classifier(Dialect(), detecting=True)
         program = _interpret(graph, classify, None, 0)
-        module = graph.owning_module
-        from_trace = module is not None and CALLER_META in getattr(module, "meta", {})
-        if classify.foreign is None and not classify.annotated and not from_trace:
+        if classify.foreign is None and not classify.annotated and not _traced(graph):
             return program
         dialect = detect_dialect(graph)
     chosen = as_dialect(dialect)
@@ -722,25 +714,9 @@ def _append(
             "(build actions with msched.proof.actions)"
         )
     _, stream, event_key, to_key, tensor = action
-    # Small int ids are their own ids (`_Keys.id` checks the rest).
-    if stream is None:
-        s = current
-    elif type(stream) is int and 0 <= stream < MAX_STREAMS and stream <= streams.highest:
-        s = stream
-    else:
-        s = streams.id(stream, node, "stream")
-    if to_key is None:
-        to = None
-    elif type(to_key) is int and 0 <= to_key < MAX_STREAMS and to_key <= streams.highest:
-        to = to_key
-    else:
-        to = streams.id(to_key, node, "stream")
-    if event_key is None:
-        event = None
-    elif type(event_key) is int and 0 <= event_key <= events.highest:
-        event = event_key
-    else:
-        event = events.id(event_key, node, "event")
+    s = current if stream is None else streams.id(stream, node, "stream")
+    to = None if to_key is None else streams.id(to_key, node, "stream")
+    event = None if event_key is None else events.id(event_key, node, "event")
     if kind == "set_stream":
         if to is None:
             raise InvalidGraphError(f"node {node.name!r} switches to no stream")

@@ -44,47 +44,44 @@ from msched.proof.dialects import CALLER_META, Dialect, target_key
 _TORCH = "torch"
 
 
-def _stream(node: Node, index: int, op: str) -> tuple[str, int]:
-    return (_TORCH, actions.int_argument(node, index, op))
-
-
-def _event(node: Node, index: int, op: str) -> tuple[str, int]:
+def _index(node: Node, index: int, op: str) -> tuple[str, int]:
+    """The key of the stream or event table index in argument ``index``."""
     return (_TORCH, actions.int_argument(node, index, op))
 
 
 def _switch(node: Node) -> Sequence[Action]:
-    return (actions.switch(_stream(node, 1, "streams::fork/join")),)
+    return (actions.switch(_index(node, 1, "streams::fork/join")),)
 
 
 def _record(node: Node) -> Sequence[Action]:
     op = "streams::record_event"
-    return (actions.record(_event(node, 0, op), _stream(node, 1, op)),)
+    return (actions.record(_index(node, 0, op), _index(node, 1, op)),)
 
 
 def _wait(node: Node) -> Sequence[Action]:
     op = "streams::wait_event"
-    return (actions.wait(_event(node, 0, op), _stream(node, 1, op)),)
+    return (actions.wait(_index(node, 0, op), _index(node, 1, op)),)
 
 
 def _wait_stream(node: Node) -> Sequence[Action]:
     op = "streams::wait_stream"
-    return (actions.wait_stream(_stream(node, 0, op), _stream(node, 1, op)),)
+    return (actions.wait_stream(_index(node, 0, op), _index(node, 1, op)),)
 
 
 def _record_stream(node: Node) -> Sequence[Action]:
     return (
         actions.record_stream(
-            actions.tensor_argument(node), _stream(node, 1, "streams::record_stream")
+            actions.tensor_argument(node), _index(node, 1, "streams::record_stream")
         ),
     )
 
 
 def _sync_event(node: Node) -> Sequence[Action]:
-    return (actions.synchronize(event=_event(node, 0, "streams::synchronize_event")),)
+    return (actions.synchronize(event=_index(node, 0, "streams::synchronize_event")),)
 
 
 def _sync_stream(node: Node) -> Sequence[Action]:
-    return (actions.synchronize(stream=_stream(node, 0, "streams::synchronize_stream")),)
+    return (actions.synchronize(stream=_index(node, 0, "streams::synchronize_stream")),)
 
 
 def _sync_device(node: Node) -> Sequence[Action]:
