@@ -18,6 +18,7 @@ from msched.errors import InvalidArgumentError, InvalidGraphError
 from msched.limits import check_num_streams
 from msched.proof.dialects import Dialect
 from msched.scheduling.assign import Assignment, assign_streams, serial_assignment
+from msched.scheduling.codegen import direct_stream_calls
 from msched.scheduling.emit import plan_emission, relink
 
 
@@ -174,11 +175,14 @@ def schedule(
 
 def _rewrite(gm: GraphModule, dag: Dag, assignment: Assignment) -> tuple[int, int, dict[Node, int]]:
     graph = gm.graph
+    codegen = graph._codegen
     try:
         emission = plan_emission(graph, dag, assignment)
         relink(graph, emission.order)
+        direct_stream_calls(gm, recompile=False)
         gm.recompile()
     except BaseException:
+        graph.set_codegen(codegen)
         _restore(gm, dag.nodes)
         raise
     return emission.num_events, emission.num_waits, emission.stream
