@@ -27,11 +27,17 @@ calls `direct_set_stream`, `direct_record_event`, `direct_wait_event` and
 kernels do, and call the op itself whenever something could intercept it: while Dynamo
 traces (``torch.compile`` of a scheduled module sees the ops), under a dispatch or
 ``__torch_function__`` mode (``make_fx``, fake and functional tensors, a user's logging mode),
-while the profiler runs (it shows the ops), and for a tensor subclass given to
-``record_stream``.  The graph keeps the ops as node targets.
+while the profiler runs (it shows the ops), under a ``torch.func`` transform, and for a tensor
+subclass given to ``record_stream``.  The graph keeps the ops as node targets.  What they
+skip: a kernel of your own registered for an msched op, and tools that watch ops through
+``RecordFunction`` callbacks without the profiler (``ExecutionTraceObserver``); turn them off
+for those with `use_direct_calls` or ``MSCHED_DIRECT_CALLS=0``.
 """
 
 from __future__ import annotations
+
+import os
+from typing import Any
 
 import torch
 from torch.fx.node import has_side_effect
@@ -94,42 +100,66 @@ _is_compiling = torch.compiler.is_compiling
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _function_modes = torch._C._is_torch_function_mode_enabled
 _profiling = torch._C._autograd._profiler_enabled
+_functorch = torch._C._are_functorch_transforms_active
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_direct = os.environ.get("MSCHED_DIRECT_CALLS", "1") != "0"
+
+
+def use_direct_calls(enabled: bool) -> bool:
+    """Whether the direct calls skip the dispatcher from now on (in every thread); returns the
+    previous setting.  Off, every direct call calls its op: for a kernel of your own
+    registered for an msched op, or a tool that observes ops through ``RecordFunction``
+    callbacks without the profiler (``torch.profiler.ExecutionTraceObserver``).  The
+    environment variable ``MSCHED_DIRECT_CALLS=0`` starts a process with them off."""
+    global _direct
+    previous, _direct = _direct, bool(enabled)
+    return previous
 
 
 def _intercepted() -> bool:
     """Whether a call of a stream op could reach anything but its kernel."""
-    return _is_compiling() or _dispatch_modes() > 0 or _function_modes() or _profiling()
+    return (
+        not _direct
+        or _is_compiling()
+        or _dispatch_modes() > 0
+        or _function_modes()
+        or _profiling()
+        or _functorch()
+    )
 
 
-def direct_set_stream(
-    stream: int, wait_events: list[int] | None = None, record_events: list[int] | None = None
-) -> None:
-    """``set_stream(stream, wait_events, record_events)`` without the dispatcher."""
+# The arguments are passed on as the node gave them (the runtime's methods take the names of
+# the ops' schemas), so that what intercepts sees the call the graph has.  Unlike the op, a
+# direct call does not check them against the schema: `msched.verify` rejects a graph whose
+# stream ops have arguments of the wrong type, and `msched.schedule` emits none.
+
+
+def direct_set_stream(*args: Any, **kwargs: Any) -> None:
+    """``set_stream(stream, wait_events=[], record_events=[])`` without the dispatcher."""
     if _intercepted():
-        return set_stream(stream, wait_events or [], record_events or [])
-    current_runtime().set_stream(stream, wait_events, record_events)
+        return set_stream(*args, **kwargs)
+    current_runtime().set_stream(*args, **kwargs)
     return None
 
 
-def direct_record_event(event: int) -> None:
+def direct_record_event(*args: Any, **kwargs: Any) -> None:
     """``record_event(event)`` without the dispatcher."""
     if _intercepted():
-        return record_event(event)
-    current_runtime().record_event(event)
+        return record_event(*args, **kwargs)
+    current_runtime().record_event(*args, **kwargs)
     return None
 
 
-def direct_wait_event(event: int) -> None:
+def direct_wait_event(*args: Any, **kwargs: Any) -> None:
     """``wait_event(event)`` without the dispatcher."""
     if _intercepted():
-        return wait_event(event)
-    current_runtime().wait_event(event)
+        return wait_event(*args, **kwargs)
+    current_runtime().wait_event(*args, **kwargs)
     return None
 
 
 def direct_record_stream(t: torch.Tensor, stream: int) -> None:
-    """``record_stream(t, stream)`` without the dispatcher (a tensor subclass takes it)."""
+    """``record_stream(t, stream)`` without the dispatcher (a tensor subclass takes the op)."""
     if type(t) not in _PLAIN_TENSORS or _intercepted():
         return record_stream(t, stream)
     current_runtime().record_stream(t, stream)

@@ -13,6 +13,13 @@ argument alone is ~0.7 µs of parsing), the direct call ~0.4 µs; a scheduled 61
 stack has about 680 of them per forward.  `msched.schedule` and the ``torch.compile`` backend
 install it; a downstream scheduler that emits msched's ops can call `direct_stream_calls` on
 its module too.
+
+The four names (``msched_set_stream``, ``msched_record_event``, ``msched_wait_event``,
+``msched_record_stream``) are FX custom builtins, so that code written out of the module
+(``GraphModule.to_folder``, the import block of a pickled module) imports them from
+`msched.ops`, and FX names no node like them.  A parameter called so (a placeholder's, or an
+argument name a pytree code generator writes) would hide it: in such a graph that op keeps
+its call through the dispatcher.
 """
 
 from __future__ import annotations
@@ -20,12 +27,17 @@ from __future__ import annotations
 from typing import Any
 
 from torch.fx import GraphModule
-from torch.fx.graph import CodeGen, PythonCode, _Namespace, _PyTreeCodeGen
+from torch.fx.graph import CodeGen, PythonCode, _Namespace, _PyTreeCodeGen, _register_custom_builtin
 
 from msched import ops
 
-# The direct function of each stream op, by the name of the op.
-_OPS = {op._overloadpacket.__name__: fn for op, fn in ops.DIRECT_CALLS.items()}
+# The name of each stream op's direct function in generated code, by the name of the op.
+_NAMES = {
+    op._overloadpacket.__name__: f"msched_{op._overloadpacket.__name__}" for op in ops.DIRECT_CALLS
+}
+for _op, _fn in ops.DIRECT_CALLS.items():
+    _name = _NAMES[_op._overloadpacket.__name__]
+    _register_custom_builtin(_name, f"from msched.ops import {_fn.__name__} as {_name}", _fn)
 
 
 def _call(op: str) -> str:
@@ -34,40 +46,47 @@ def _call(op: str) -> str:
     return f" = torch.ops.msched.{op}.default("
 
 
+def _names_something(src: str, name: str) -> bool:
+    """Whether ``name`` is an identifier in ``src`` (a parameter would hide the global)."""
+    start = src.find(name)
+    while start >= 0:
+        before = src[start - 1] if start else " "
+        after = src[start + len(name) : start + len(name) + 1]
+        if not (before.isalnum() or before in "_.") and not (after.isalnum() or after == "_"):
+            return True
+        start = src.find(name, start + 1)
+    return False
+
+
 class DirectStreamCalls:
     """Mixed in before a graph's code generator class (`direct_stream_calls`)."""
+
+    __slots__ = ()
 
     def _gen_python_code(
         self, nodes: Any, root_module: str, namespace: _Namespace, **kwargs: Any
     ) -> PythonCode:
-        # Named first, so that a node called like one of them is the one renamed; a
-        # placeholder keeps its name as the parameter's, so the name must differ from those.
-        parameters = {n.target for n in nodes if n.op == "placeholder"}
-        names = {op: _global_name(namespace, f"msched_{op}", parameters) for op in _OPS}
         code: PythonCode = super()._gen_python_code(  # type: ignore[misc]
             nodes, root_module, namespace, **kwargs
         )
-        for op, name in names.items():  # str.replace: a regular expression is 10x slower here
-            if _call(op) in code.src:
-                code.src = code.src.replace(_call(op), f" = {name}(")
-                code.globals[name] = _OPS[op]
+        src = code.src
+        for op, name in _NAMES.items():  # str.replace: a regular expression is 10x slower here
+            if _call(op) in src and not _names_something(src, name):
+                src = src.replace(_call(op), f" = {name}(")
+        code.src = src
         return code
-
-
-def _global_name(namespace: _Namespace, hint: str, taken: set[Any]) -> str:
-    name, suffix = namespace.create_name(hint, None), 0
-    while name in taken:
-        suffix += 1
-        name = namespace.create_name(f"{hint}_{suffix}", None)
-    return name
 
 
 class DirectStreamCallsCodeGen(DirectStreamCalls, CodeGen):
     """The default code generator with direct stream calls."""
 
+    __slots__ = ()
+
 
 class DirectStreamCallsPyTreeCodeGen(DirectStreamCalls, _PyTreeCodeGen):
     """The code generator of exported graphs (pytree inputs and outputs), with direct calls."""
+
+    __slots__ = ()
 
 
 # Other code generators get a class made here (whose graphs, unlike these, cannot be pickled).
@@ -83,11 +102,16 @@ def _with_direct_calls(codegen: CodeGen) -> CodeGen:
         return codegen
     cls = _CLASSES.get(base)
     if cls is None:
-        cls = type(f"DirectStreamCalls{base.__name__}", (DirectStreamCalls, base), {})
-        cls.__module__ = __name__
+        name = f"DirectStreamCalls{base.__name__}"
+        cls = type(name, (DirectStreamCalls, base), {"__slots__": (), "__module__": __name__})
         _CLASSES[base] = cls
     new: CodeGen = object.__new__(cls)
-    new.__dict__.update(codegen.__dict__)
+    new.__dict__.update(getattr(codegen, "__dict__", {}))
+    for klass in base.__mro__:  # and the values of its slots, if its class has any
+        slots = getattr(klass, "__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            if slot not in ("__dict__", "__weakref__") and hasattr(codegen, slot):
+                setattr(new, slot, getattr(codegen, slot))
     return new
 
 
@@ -97,12 +121,18 @@ def direct_stream_calls(gm: GraphModule, *, recompile: bool = True) -> GraphModu
     Only the generated Python changes (``gm.code`` shows ``msched_set_stream(1, [3])``
     instead of ``torch.ops.msched.set_stream.default(1, [3])``); the graph, its nodes and
     their targets do not.  Idempotent.  ``recompile=False`` leaves the code as it is until
-    the caller recompiles.
+    the caller recompiles.  If recompiling fails, the code generator is put back and the
+    error raised.
     """
     graph = gm.graph
-    codegen = _with_direct_calls(graph._codegen)
-    if codegen is not graph._codegen:
+    old = graph._codegen
+    codegen = _with_direct_calls(old)
+    if codegen is not old:
         graph.set_codegen(codegen)
         if recompile:
-            gm.recompile()
+            try:
+                gm.recompile()
+            except BaseException:
+                graph.set_codegen(old)
+                raise
     return gm

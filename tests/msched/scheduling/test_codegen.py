@@ -4,6 +4,8 @@ the graph keeps the ops, and anything that could intercept an op still sees it."
 from __future__ import annotations
 
 import copy
+import importlib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -163,11 +165,111 @@ def _stream_op_graph(placeholder: str = "x") -> GraphModule:
     return GraphModule(torch.nn.Module(), g)
 
 
-def test_a_node_named_like_a_direct_call_is_renamed_in_the_code() -> None:
+def test_a_parameter_named_like_a_direct_call_keeps_that_op_on_the_dispatcher() -> None:
     gm = direct_stream_calls(_stream_op_graph("msched_set_stream"))
-    assert "def forward(self, msched_set_stream):" in gm.code  # the parameter keeps its name
-    assert "msched_set_stream_1(1, [0])" in gm.code
+    code = gm.code
+    assert "def forward(self, msched_set_stream):" in code  # the parameter keeps its name
+    assert "torch.ops.msched.set_stream.default(1, [0])" in code  # it hides the direct name
+    assert "msched_record_event(1)" in code  # the other ops are direct
     assert torch.equal(gm(torch.tensor([-1.0, 2.0])), torch.tensor([0.0, 2.0]))
+
+
+def test_a_pytree_argument_named_like_a_direct_call_is_not_hidden() -> None:
+    class Model(torch.nn.Module):
+        def forward(self, msched_set_stream: dict[str, torch.Tensor]) -> torch.Tensor:
+            return msched_set_stream["a"].relu() + msched_set_stream["b"].sin()
+
+    gm = symbolic_trace(Model(), concrete_args={"msched_set_stream": {"a": PH, "b": PH}})
+    inputs = {"a": torch.randn(4), "b": torch.randn(4)}
+    expected = gm(inputs)
+    msched.schedule(gm, 3)
+    assert stream_op_targets(gm) and "def forward(self, msched_set_stream)" in gm.code
+    assert torch.allclose(gm(inputs), expected)
+
+
+def test_a_node_named_like_a_direct_call_is_renamed() -> None:
+    gm = _stream_op_graph()
+    relu = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.relu.default)
+    relu.name = "msched_record_event"
+    direct_stream_calls(gm)
+    assert "msched_record_event(1)" in gm.code and "msched_record_event_1 = " in gm.code
+    assert torch.equal(gm(torch.tensor([-1.0, 2.0])), torch.tensor([0.0, 2.0]))
+
+
+def test_the_code_written_out_of_a_scheduled_module_imports_the_direct_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gm = direct_stream_calls(_stream_op_graph())
+    gm.to_folder(tmp_path / "written", "Written")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    written = importlib.import_module("written").Written()
+    assert (
+        "from msched.ops import direct_set_stream as msched_set_stream"
+        in (tmp_path / "written" / "module.py").read_text()
+    )
+    assert torch.equal(written(torch.tensor([-1.0, 2.0])), torch.tensor([0.0, 2.0]))
+
+
+def test_dynamo_sees_the_arguments_each_node_has() -> None:
+    stack, sched = scheduled_stack(2)
+    sched.gm(*stack.example_inputs())  # a lazy module generates its code first (Dynamo skips it)
+    graphs: list[GraphModule] = []
+
+    def capture(gm: GraphModule, example_inputs: Any) -> Any:
+        graphs.append(gm)
+        return gm
+
+    torch._dynamo.reset()
+    try:
+        torch.compile(sched.gm, backend=capture, fullgraph=True)(*stack.example_inputs())
+    finally:
+        torch._dynamo.reset()
+
+    def calls(gm: GraphModule) -> list[tuple[Any, ...]]:
+        return [(n.target, n.args, n.kwargs) for n in gm.graph.nodes if n.target in STREAM_OPS]
+
+    captured = calls(graphs[0])
+    assert [(t, tuple(a[1:]), k) for t, a, k in captured] == [
+        (t, tuple(a[1:]), k) for t, a, k in calls(sched.gm)
+    ]  # record_stream's tensor is Dynamo's own node; the integers and lists are the node's
+
+
+def test_use_direct_calls_off_sends_every_call_through_the_op(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reached: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(msched.ops, "set_stream", lambda *args: reached.append(args))
+    previous = msched.ops.use_direct_calls(False)
+    try:
+        msched.ops.direct_set_stream(1, [2])
+    finally:
+        assert msched.ops.use_direct_calls(previous) is False
+    msched.ops.direct_set_stream(0)  # on again: the runtime, not the op
+    assert previous is True and reached == [(1, [2])]
+
+
+def test_a_functorch_transform_takes_the_op() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        msched.ops.direct_record_stream(x, 1)
+        return x * 2
+
+    with pytest.raises(RuntimeError, match="msched::record_stream"):  # no batching rule
+        torch.func.vmap(f)(torch.ones(3, 2))
+
+
+def test_a_code_generator_with_slots_is_copied_with_them() -> None:
+    class Slotted(CodeGen):
+        __slots__ = ("tag",)
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.tag = "kept"
+
+    gm = _stream_op_graph()
+    gm.graph.set_codegen(Slotted())
+    direct_stream_calls(gm)
+    assert isinstance(gm.graph._codegen, Slotted) and gm.graph._codegen.tag == "kept"
+    assert "msched_set_stream(1, [0])" in gm.code
 
 
 def test_direct_stream_calls_is_idempotent_and_changes_only_the_code() -> None:
