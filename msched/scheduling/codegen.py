@@ -31,19 +31,14 @@ from torch.fx.graph import CodeGen, PythonCode, _Namespace, _PyTreeCodeGen, _reg
 
 from msched import ops
 
-# The name of each stream op's direct function in generated code, by the name of the op.
-_NAMES = {
-    op._overloadpacket.__name__: f"msched_{op._overloadpacket.__name__}" for op in ops.DIRECT_CALLS
-}
+# For each stream op: how the default code generator writes its call (each node is an
+# assignment: ``set_stream_3 = torch.ops.msched.set_stream.default(1, [4])``), and the name
+# of its direct function in generated code.
+_CALLS: list[tuple[str, str]] = []
 for _op, _fn in ops.DIRECT_CALLS.items():
-    _name = _NAMES[_op._overloadpacket.__name__]
+    _name = f"msched_{_op._overloadpacket.__name__}"
+    _CALLS.append((f" = torch.ops.msched.{_op._overloadpacket.__name__}.default(", _name))
     _register_custom_builtin(_name, f"from msched.ops import {_fn.__name__} as {_name}", _fn)
-
-
-def _call(op: str) -> str:
-    """How the default code generator writes a call of the stream op named ``op`` (each node
-    is an assignment: ``set_stream_3 = torch.ops.msched.set_stream.default(1, [4])``)."""
-    return f" = torch.ops.msched.{op}.default("
 
 
 def _names_something(src: str, name: str) -> bool:
@@ -70,9 +65,9 @@ class DirectStreamCalls:
             nodes, root_module, namespace, **kwargs
         )
         src = code.src
-        for op, name in _NAMES.items():  # str.replace: a regular expression is 10x slower here
-            if _call(op) in src and not _names_something(src, name):
-                src = src.replace(_call(op), f" = {name}(")
+        for call, name in _CALLS:  # str.replace: a regular expression is 10x slower here
+            if call in src and not _names_something(src, name):
+                src = src.replace(call, f" = {name}(")
         code.src = src
         return code
 

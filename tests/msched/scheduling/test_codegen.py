@@ -116,18 +116,8 @@ def test_make_fx_and_torch_compile_of_a_scheduled_module_keep_the_stream_ops() -
     expected = stream_op_targets(sched.gm)
     retraced = make_fx(sched.gm)(*stack.example_inputs())
     assert stream_op_targets(retraced) == expected
-    graphs: list[GraphModule] = []
-
-    def capture(gm: GraphModule, example_inputs: Any) -> Any:
-        graphs.append(gm)
-        return gm
-
-    torch._dynamo.reset()
-    try:
-        torch.compile(sched.gm, backend=capture, fullgraph=True)(*stack.example_inputs())
-    finally:
-        torch._dynamo.reset()
-    assert [stream_op_targets(g) for g in graphs] == [expected]
+    sched.gm(*stack.example_inputs())  # a lazy module generates its code first (Dynamo skips it)
+    assert stream_op_targets(msched.trace_streams(sched.gm, *stack.example_inputs())) == expected
 
 
 def test_the_profiler_shows_the_stream_ops() -> None:
@@ -213,22 +203,12 @@ def test_the_code_written_out_of_a_scheduled_module_imports_the_direct_calls(
 def test_dynamo_sees_the_arguments_each_node_has() -> None:
     stack, sched = scheduled_stack(2)
     sched.gm(*stack.example_inputs())  # a lazy module generates its code first (Dynamo skips it)
-    graphs: list[GraphModule] = []
-
-    def capture(gm: GraphModule, example_inputs: Any) -> Any:
-        graphs.append(gm)
-        return gm
-
-    torch._dynamo.reset()
-    try:
-        torch.compile(sched.gm, backend=capture, fullgraph=True)(*stack.example_inputs())
-    finally:
-        torch._dynamo.reset()
+    traced = msched.trace_streams(sched.gm, *stack.example_inputs())
 
     def calls(gm: GraphModule) -> list[tuple[Any, ...]]:
         return [(n.target, n.args, n.kwargs) for n in gm.graph.nodes if n.target in STREAM_OPS]
 
-    captured = calls(graphs[0])
+    captured = calls(traced)
     assert [(t, tuple(a[1:]), k) for t, a, k in captured] == [
         (t, tuple(a[1:]), k) for t, a, k in calls(sched.gm)
     ]  # record_stream's tensor is Dynamo's own node; the integers and lists are the node's
