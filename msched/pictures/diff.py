@@ -1,7 +1,9 @@
 """What changed between two schedules, in schedule terms: ``msched diff`` and snapshot failures.
 
 `parse_schedule` reads a schedule back from its canonical text (`msched.pictures.text`, what
-snapshots store; the text of event ids of earlier versions, ``record e7``, too) or from its
+snapshots store; the text of event ids of earlier versions, ``record e7``, too; a stream-wide
+join or host barrier that earlier versions printed as its op, ``w = streams.wait_stream(0, 1)``,
+reads as a compute node, as it did then) or from its
 JSON (`msched.pictures.json_doc`); `parsed` reads a `msched.Schedule` or a scheduled
 ``GraphModule`` through its canonical text.  `schedule_diff` compares two and returns the
 summary lines, empty when they are the same schedule::
@@ -12,7 +14,9 @@ summary lines, empty when they are the same schedule::
 - ``+ N on sK (...)`` / ``- N on sK (...)``: a node only the second / only the first schedule
   has; ``~ N s1 → s2 (...)``: a node that moved to another stream.  In parentheses: the
   records its stream waits for right before it (``waits for add_tensor_2 on s0``, named by
-  the node each record follows), and who is ordered after it among the nodes that read it on
+  the node each record follows; ``stream s1`` for a stream-wide join, ``wait s1`` in the
+  text; ``after synchronize s1`` for a host barrier), and who is ordered after it among the
+  nodes that read it on
   other streams and the exit (``joined by mm_3 on s2, output``; ``NOT joined by``: a race, or
   an exit that returns before it ran), from `msched.proof.clocks` run on the parsed program.
   The sync of such a node (the waits before it, the records after it and their waits, a
@@ -22,6 +26,9 @@ summary lines, empty when they are the same schedule::
 - ``+ wait on s0 for capture_11 on s1, before output`` / ``- wait ...``: a wait only one
   schedule has; ``~ wait on s1 for P on s0: now before X (was before Y)``: one that moved.
   ``+ record @N on sK, waited on by nothing``: a record no wait uses.
+  ``+ wait on s0 for stream s1, before output``: a stream-wide join only one schedule has
+  (``wait s1`` in the text); ``+ synchronize s1 on s0, before add``: a host barrier;
+  ``~ wait on s0 for stream s1: now before X (was before Y)``: one that moved.
   ``+ record_stream(t, s1) on s0, before N``: a ``record_stream`` only one schedule has.
 - the last line: the counts and the makespan, before → after (``streams`` and
   ``lower bound`` when they changed; ``nodes`` when the count of nodes changed; how many
@@ -77,8 +84,11 @@ _WAIT = re.compile(r"wait (?:@(\S+)|e(\d+)(?: \(unrecorded\))?)$")
 _SWITCH = re.compile(r"switch, wait ((?:(?:@\S+|e\d+(?: \(unrecorded\))?)(?: |$))+)$")
 _SWITCH_EVENT = re.compile(r"@(\S+)|e(\d+)(?: \(unrecorded\))?")
 _RECORD_STREAM = re.compile(r"record_stream\((.*), s(\d+)\)$")
+_WAIT_STREAM = re.compile(r"wait s(\d+)$")
+_SYNCHRONIZE = re.compile(r"synchronize(?: (?:s(\d+)|@(\S+)|e(\d+)(?: \(unrecorded\))?))?$")
 _IDENT = re.compile(r"(?<![\w.'\"])([A-Za-z_]\w*)(?!\s*=[^=])(?![\w'\"])")
 _MAX_NAMED = 4  # dependents named in a node's line before "and N more"
+JOINS = ("wait_stream", "synchronize")  # the steps that join a whole stream (or every stream)
 
 
 def _marker(*args: Any) -> None:
@@ -205,7 +215,7 @@ def _finish(b: _Builder, head: tuple[int, int, int, str, str], where: str) -> Pa
     by_record_name = {name: record.node for record, name in names.records.items()}
     binding: dict[Node, Node | None] = {}
     for step in program.steps:
-        if step.kind == "wait_event":
+        if step.kind == "wait_event" or (step.kind == "synchronize" and step.event is not None):
             name = names.waits.get(step)
             binding[step.node] = by_record_name.get(name) if name is not None else None
     return ParsedSchedule(
@@ -285,17 +295,32 @@ def _parse_line(
         tensor, to = m.groups()
         b.stream_op("record_stream", stream, body, to_stream=_int(to, at), tensor=None)
         b.text[b.steps[-1].node] = tensor
-    else:
+    elif not _parse_join(b, stream, body, at, record_ids):
         raise InvalidArgumentError(f"{at}: cannot read {body[:60]!r}")
 
 
+def _parse_join(b: _Builder, stream: int, body: str, at: str, record_ids: dict[str, int]) -> bool:
+    """Read a stream-wide join (``wait s1``) or host barrier (``synchronize``,
+    ``synchronize s1``, ``synchronize @add_2``) line; False for any other line."""
+    if (m := _WAIT_STREAM.match(body)) is not None:
+        b.stream_op("wait_stream", stream, body, to_stream=_int(m.group(1), at))
+        return True
+    if (m := _SYNCHRONIZE.match(body)) is None:
+        return False
+    to, name, old = m.groups()
+    event = None if name is None and old is None else _waited((name, old), at, record_ids)
+    b.stream_op("synchronize", stream, body, event, to_stream=None if to is None else _int(to, at))
+    return True
+
+
 def _waited(groups: tuple[str | None, ...], at: str, record_ids: dict[str, int]) -> int:
-    """The event id of a wait on ``@name`` (a record line before it) or ``eK`` (old texts)."""
+    """The event id of a wait (or a host barrier) on ``@name`` (a record line before it) or
+    ``eK`` (old texts, and an event never recorded before)."""
     name, old = groups
     if name is None:
         return 2 * int(str(old))
     if name not in record_ids:
-        raise InvalidArgumentError(f"{at}: 'wait @{name}' before any 'record @{name}'")
+        raise InvalidArgumentError(f"{at}: a wait on @{name} before any 'record @{name}'")
     return record_ids[name]
 
 
@@ -334,7 +359,7 @@ def _waits_in_switch(previous: dict[str, Any], item: dict[str, Any]) -> bool:
 
 def _json_node(b: _Builder, item: dict[str, Any], at: str) -> None:
     kind, stream, name = item["kind"], int(item["stream"]), str(item["name"])
-    if kind == "compute":
+    if kind in ("compute", "host"):  # the text prints a host-only stream op as its node
         op = item["op"]
         node_kind = "output" if op == "output" else op if op in ("placeholder", "get_attr") else ""
         b.compute(name, stream, node_kind or "compute", None, at)
@@ -344,6 +369,16 @@ def _json_node(b: _Builder, item: dict[str, Any], at: str) -> None:
         to = int(item["arg"])
         b.stream_op(kind, stream, f"record_stream(?, s{to})", to_stream=to)
         b.text[b.steps[-1].node] = None
+    elif kind == "wait_stream":
+        b.stream_op(kind, stream, name, to_stream=int(item["arg"]))
+    elif kind == "synchronize":
+        arg = None if item["arg"] is None else int(item["arg"])
+        if "event_name" in item:  # on an event, named as the text names it
+            shown = item["event_name"] or f"e{arg} (unrecorded)"
+            b.stream_op(kind, stream, f"synchronize {shown}", 2 * int(item["arg"]))
+        else:
+            label = "synchronize" if arg is None else f"synchronize s{arg}"
+            b.stream_op(kind, stream, label, to_stream=arg)
     elif kind != "set_stream":
         raise ValueError(f"unknown node kind {kind!r}")
 
@@ -386,6 +421,7 @@ class _Side:
         self.common = common
         self.compute = p.compute()
         self.index = {step.node: k for k, step in enumerate(p.steps)}
+        self.step_of = {step.node: step for step in p.steps}
         self.next_compute: dict[Node, Node | None] = {}
         self.next_common: dict[Node, str | None] = {}
         ahead: dict[int, Node] = {}
@@ -431,12 +467,14 @@ class _Side:
                 keys[step.node] = (*place, seen[place])
         return keys
 
-    def keyed(self, kind: str, key_of: Callable[[Step], tuple[object, ...]]) -> dict[Node, Any]:
-        """``key_of`` of every step of ``kind``, equal keys numbered in host order."""
+    def keyed(
+        self, kinds: tuple[str, ...], key_of: Callable[[Step], tuple[object, ...]]
+    ) -> dict[Node, Any]:
+        """``key_of`` of every step of one of ``kinds``, equal keys numbered in host order."""
         seen: Counter[tuple[object, ...]] = Counter()
         out: dict[Node, Any] = {}
         for step in self.p.steps:
-            if step.kind == kind:
+            if step.kind in kinds:
                 key = key_of(step)
                 seen[key] += 1
                 out[step.node] = (*key, seen[key])
@@ -485,6 +523,19 @@ class _Side:
             return f"the entry of {base[len(ENTRY) + 1 :]}"
         return f"{base} on s{self.stream(record)}"
 
+    def waited(self, wait: Step) -> str:
+        """What a wait before a node waits for: ``a on s0`` (a record), ``stream s1``."""
+        if wait.kind == "wait_stream":
+            return f"stream s{wait.to_stream}"
+        return self.anchor(self.p.binding[wait.node])
+
+    def join_text(self, op: Node) -> str:
+        """``wait on s0 for stream s1`` / ``synchronize s1 on s0``: a join, where it stands."""
+        step = self.step_of[op]
+        if step.kind == "wait_stream":
+            return f"wait on s{step.stream} for stream s{step.to_stream}"
+        return f"{self.name(op)} on s{step.stream}"
+
     def before(self, op: Node) -> str:
         user = self.next_compute[op]
         return f"before {self.name(user)}" if user is not None else "last on its stream"
@@ -496,9 +547,13 @@ class _Side:
         if node not in self.p.clocks.stamp:
             return f"{head} (after output: it never runs)"
         parts = []
-        waits = [st.node for st in self.stream_ops_before(node) if st.kind == "wait_event"]
+        before = self.stream_ops_before(node)
+        waits = [self.waited(st) for st in before if st.kind in ("wait_event", "wait_stream")]
         if waits:
-            parts.append("waits for " + ", ".join(self.anchor(self.p.binding[w]) for w in waits))
+            parts.append("waits for " + ", ".join(waits))
+        barriers = [self.name(st.node) for st in before if st.kind == "synchronize"]
+        if barriers:
+            parts.append("after " + ", ".join(barriers))
         parts += self.joins(node)
         return f"{head} ({'; '.join(parts)})" if parts else head
 
@@ -563,6 +618,9 @@ class _Diff:
         self.wait_keys = {**wa, **wb}
         self.waits_a, self.waits_b = _unmatched(wa, wb), _unmatched(wb, wa)
         self.rs_a, self.rs_b = _unmatched(sa, sb), _unmatched(sb, sa)
+        ja, jb = (self._joins(side, pair) for side in (self.a, self.b))
+        self.join_keys = {**ja, **jb}
+        self.joins_a, self.joins_b = _unmatched(ja, jb), _unmatched(jb, ja)
 
     @staticmethod
     def _waits(side: _Side, pair: dict[Node, object]) -> dict[Node, Any]:
@@ -571,7 +629,7 @@ class _Diff:
             place = None if record is None else pair.get(record, ("only here", record))
             return (step.stream, place, side.next_common[step.node])
 
-        return side.keyed("wait_event", key)
+        return side.keyed(("wait_event",), key)
 
     @staticmethod
     def _record_streams(side: _Side, tensors: bool) -> dict[Node, Any]:
@@ -579,7 +637,22 @@ class _Diff:
             tensor = side.p.text[step.node] if tensors else None
             return (step.stream, step.to_stream, tensor, side.next_common[step.node])
 
-        return side.keyed("record_stream", key)
+        return side.keyed(("record_stream",), key)
+
+    @staticmethod
+    def _joins(side: _Side, pair: dict[Node, object]) -> dict[Node, Any]:
+        """Stream-wide joins and host barriers, keyed by what they wait for (``key[0]``) and
+        the next common node of their stream."""
+
+        def key(step: Step) -> tuple[object, ...]:
+            place: object = None
+            if step.event is not None:
+                record = side.p.binding[step.node]
+                place = "unrecorded" if record is None else pair.get(record, ("only", record))
+            what = (step.stream, step.kind, step.to_stream, place)
+            return (what, side.next_common[step.node])
+
+        return side.keyed(JOINS, key)
 
     def lines(self) -> list[str]:
         own_a: set[Node] = set()
@@ -633,6 +706,7 @@ class _Diff:
         waits_a = [w for w in self.waits_a if w not in own_a]
         waits_b = [w for w in self.waits_b if w not in own_b]
         out = self._moved_waits(waits_a, waits_b)
+        out += self._join_lines(own_a, own_b)
         for sign, side, waits in (("+", self.b, waits_b), ("-", self.a, waits_a)):
             for w in waits:
                 out.append(
@@ -656,6 +730,25 @@ class _Diff:
             for op in ops:
                 if op not in own:
                     out.append(f"{sign} {side.name(op)} on s{side.stream(op)}, {side.before(op)}")
+        return out
+
+    def _join_lines(self, own_a: set[Node], own_b: set[Node]) -> list[str]:
+        """The stream-wide joins and host barriers only one side has (the sync of an added,
+        removed or moved node left out), or that moved: ``+ wait on s0 for stream s1, before
+        output``, ``~ synchronize s1 on s0: now before add (was before mul)``."""
+        joins_a = [j for j in self.joins_a if j not in own_a]
+        joins_b = [j for j in self.joins_b if j not in own_b]
+        out = []
+        for jb in list(joins_b):
+            ja = next((j for j in joins_a if self.join_keys[j][0] == self.join_keys[jb][0]), None)
+            if ja is None:
+                continue
+            joins_a.remove(ja)
+            joins_b.remove(jb)
+            now, was = self.b.before(jb), self.a.before(ja)
+            out.append(f"~ {self.b.join_text(jb)}: now {now} (was {was})")
+        for sign, side, joins in (("+", self.b, joins_b), ("-", self.a, joins_a)):
+            out += [f"{sign} {side.join_text(j)}, {side.before(j)}" for j in joins]
         return out
 
     def _moved_waits(self, waits_a: list[Node], waits_b: list[Node]) -> list[str]:
@@ -758,6 +851,10 @@ def _lines_of(p: ParsedSchedule, texts: bool) -> list[tuple[object, ...]]:
             out.append((s, "wait", None if record is None else p.record_name[record]))
         elif step.kind == "set_stream":
             continue  # a switch that waits is one line with its waits: the same sync
+        elif step.kind in JOINS:  # a host barrier on an event: the record it binds to
+            record = p.binding.get(node)
+            bound = "unrecorded" if record is None else p.record_name[record]
+            out.append((s, step.kind, step.to_stream, None if step.event is None else bound))
         else:
             out.append((s, step.kind, step.to_stream, p.text[node] if texts else None))
     return out

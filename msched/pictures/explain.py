@@ -147,22 +147,58 @@ def _wait_name(e: _Explained, wait: Step) -> str:
     return f"{step_text(wait, e.v.names)} ({wait.node.name}, stream {wait.stream})"
 
 
+_WAITS = ("wait_event", "wait_stream", "synchronize")
+
+
 def _waits_before(e: _Explained, node: Node) -> list[Step]:
-    """The wait steps in the run of stream ops right before ``node`` on its stream."""
+    """The waits (event waits, stream-wide joins, host barriers) in the run of stream ops
+    right before ``node``."""
     steps = e.v.program.steps
     i = host_index(e.v, node)
     found = []
     while i > 0 and steps[i - 1].kind != "compute":
         i -= 1
-        if steps[i].kind == "wait_event":
+        if steps[i].kind in _WAITS:
             found.append(steps[i])
     return found[::-1]
+
+
+def _covered(e: _Explained, node: Node, wait: Step) -> list[str]:
+    """The dependencies of ``node`` that ``wait`` is the first to order before it."""
+    s = e.stream(node)
+    return [
+        f"{d} ({_reasons(rs)})"
+        for d, rs in e.deps[node.name].items()
+        if joining_wait(e.v, e.nodes[d], s) is wait
+    ]
+
+
+def _join_line(e: _Explained, node: Node, wait: Step) -> str:
+    """A stream-wide join or host barrier before ``node``, and what it orders before it."""
+    if wait.kind == "wait_stream":
+        what = f"stream {wait.stream} waits for all work issued on stream {wait.to_stream} so far"
+    elif wait.event is not None:
+        what = "the host waits for that record; later work on every stream follows"
+    elif wait.to_stream is not None:
+        what = f"the host waits for stream {wait.to_stream}; later work on every stream follows"
+    else:
+        what = "the host waits for the whole device; later work on every stream follows"
+    head = f"  {step_text(wait, e.v.names)} ({wait.node.name}): {what}"
+    if wait not in e.v.clocks.clock_after and wait not in e.v.clocks.barrier_after:
+        return f"{head}; after output, it never runs"
+    covered = _covered(e, node, wait)
+    if covered:
+        return f"{head}; it orders {', '.join(covered)} before {node.name}"
+    return f"{head}; it orders that work before {node.name}"
 
 
 def _wait_lines(e: _Explained, node: Node) -> list[str]:
     lines = []
     s = e.stream(node)
     for wait in _waits_before(e, node):
+        if wait.kind != "wait_event":
+            lines.append(_join_line(e, node, wait))
+            continue
         use = event_of(e.v, wait)
         if use is None:
             lines.append(f"  {_wait_name(e, wait)}: after output, it never runs")
@@ -170,11 +206,7 @@ def _wait_lines(e: _Explained, node: Node) -> list[str]:
         if use.record is None:
             lines.append(f"  wait e{use.event} (unrecorded): its event is never recorded before it")
             continue
-        covered = [
-            f"{d} ({_reasons(rs)})"
-            for d, rs in e.deps[node.name].items()
-            if joining_wait(e.v, e.nodes[d], s) is wait
-        ]
+        covered = _covered(e, node, wait)
         r = use.record.stream
         head = (
             f"  wait {e.v.names.records[use.record]}: recorded on stream {r} by "
@@ -225,8 +257,11 @@ def _stream_op_lines(e: _Explained, node: Node) -> list[str]:
     step = steps[i]
     text = step_text(step, e.v.names)
     if step.kind == "set_stream":  # a switch, with the waits of the same node after it
-        own = [t for t in steps[i + 1 :] if t.node is node and t.kind == "wait_event"]
-        text = switch_text(own, e.v.names) if own else text
+        own = [t for t in steps[i + 1 :] if t.node is node and t.kind in _WAITS]
+        if own and all(t.kind == "wait_event" for t in own):
+            text = switch_text(own, e.v.names)
+        elif own:
+            text = "switch, " + ", ".join(step_text(t, e.v.names) for t in own)
     head = [f"{node.name}: {step_text(r, e.v.names)} on stream {r.stream}, then" for r in records]
     head.append(f"{node.name}: {text}, a stream op issued on stream {step.stream}")
     if step.kind == "record_event":

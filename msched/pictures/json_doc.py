@@ -33,9 +33,12 @@ def schedule_data(
     and then one ``wait_event`` entry per waited event, all with the node's name) with
     ``name``, ``op``, ``kind`` (``compute`` or the action's kind), ``stream``, ``start`` and
     ``end``, and for a stream op its ``arg``
-    (the event id of a record or wait, the stream of a ``set_stream`` or ``record_stream``);
-    records and waits also carry ``event_name``, the stable name the canonical text prints
-    (``"@add_tensor_2"``; for a wait the name of the record it binds to, null for none).
+    (the event id of a record or wait, the stream of a ``set_stream`` or ``record_stream``,
+    the stream a ``wait_stream`` waits for; a ``synchronize``: the event id when it waits for
+    an event, else the stream, null for the whole device);
+    records, waits and a ``synchronize`` on an event also carry ``event_name``, the stable
+    name the canonical text prints (``"@add_tensor_2"``; for a wait the name of the record it
+    binds to, null for none).  A ``host`` entry is a stream op that does nothing on a stream.
     ``events`` lists every record with its ``event`` id, its ``name``, the ``record`` site
     and its ``waits`` (each ``{node, stream, time}``); the waits of an event that come before
     any record of it are listed with ``name`` and ``record`` null.
@@ -67,6 +70,10 @@ def _node_data(v: View, step: Step) -> dict[str, Any]:
         data["event_name"] = _event_name(v, step)
     elif step.kind in ("set_stream", "record_stream", "wait_stream"):
         data["arg"] = step.to_stream
+    elif step.kind == "synchronize":  # a host barrier: on an event, a stream or the device
+        data["arg"] = step.event if step.event is not None else step.to_stream
+        if step.event is not None:
+            data["event_name"] = _event_name(v, step)
     return data
 
 

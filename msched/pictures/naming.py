@@ -13,7 +13,8 @@ leaves every other line as it was:
   ``s2``, ... for the others: a record on a stream that has run nothing yet);
 - ``@add_tensor_2#2``, ``@entry.s1#3``: the second, third, ... record at the same point (no
   compute node of that stream between them; they may differ in the waits between them);
-- a wait prints the name of the record it binds to: ``wait @add_tensor_2``.  A wait that
+- a wait prints the name of the record it binds to: ``wait @add_tensor_2`` (a host barrier
+  on an event, ``synchronize @add_tensor_2``, too).  A wait that
   binds to no record (its event was not recorded before it: it waits for nothing) prints
   ``eK (unrecorded)`` with its event id, the only name it has.  A wait after ``output`` never
   runs; it is named after the record it would bind to if it ran (the latest earlier record of
@@ -40,6 +41,9 @@ from msched.proof.dialects import Step, StreamProgram, interpret
 
 __all__ = ["ENTRY", "EventNames", "event_names", "event_names_of_graph", "record_name"]
 
+# The steps that wait for a record: an event wait, and a host barrier on an event.
+_WAITS = ("wait_event", "synchronize")
+
 #: The anchor of a record before any compute node of its stream: ``@entry.sN``.
 ENTRY = "entry"
 
@@ -61,9 +65,9 @@ class EventNames:
     """The name of every record and wait of a program (see the module docstring).
 
     ``records[r]`` is the name of record step ``r``; ``waits[w]`` the name of the record that
-    wait step ``w`` binds to, None when it binds to none (steps, not nodes: one stream op may
-    wait on several events).  `text` is what a line prints after
-    ``record `` / ``wait ``.
+    wait step ``w`` (or host barrier on an event, a ``synchronize`` step) binds to, None when
+    it binds to none (steps, not nodes: one stream op may wait on several events).  `text` is
+    what a line prints after ``record `` / ``wait `` / ``synchronize ``.
     """
 
     records: dict[Step, str]
@@ -74,7 +78,7 @@ class EventNames:
         nothing; ``eK`` for a stream op these names do not cover)."""
         if step.kind == "record_event":
             name = self.records.get(step)
-        elif step.kind == "wait_event":
+        elif step.kind in _WAITS:
             name = self.waits.get(step)
             if name is None and step in self.waits:
                 return unrecorded_name(step.event)
@@ -87,7 +91,7 @@ def event_names(program: StreamProgram, clocks: Clocks | None = None) -> EventNa
     """Name every record and wait of ``program`` (``clocks``: its `clocks_of`, computed when
     not given).  One pass over the steps."""
     clocks = clocks if clocks is not None else clocks_of(program)
-    binding = clocks.binding
+    binding = {**clocks.binding, **clocks.synchronize_binding}
     last: dict[int, str] = {}  # stream -> the name of its last compute node
     seen: dict[str, int] = {}  # base name -> records at that point so far
     latest: dict[int | None, Step] = {}  # event -> its latest record (for waits after output)
@@ -103,7 +107,7 @@ def event_names(program: StreamProgram, clocks: Clocks | None = None) -> EventNa
             ordinal = seen[base] = seen.get(base, 0) + 1
             records[step] = record_name(last.get(s), s, ordinal)
             latest[step.event] = step
-        elif kind == "wait_event":
+        elif kind == "wait_event" or (kind == "synchronize" and step.event is not None):
             record = binding[step] if step in binding else latest.get(step.event)
             waits[step] = records[record] if record is not None else None
     return EventNames(records, waits)

@@ -9,7 +9,9 @@ from torch.fx import GraphModule, Node
 from msched.analysis.cost import CostModel, op_category
 from msched.analysis.nodes import INPUT_OPS
 from msched.pictures.labels import counts, format_number, op_label, stream_title
-from msched.pictures.view import View, exit_waits, view_of
+from msched.pictures.text import step_text
+from msched.pictures.view import StreamJoin, View, exit_waits, stream_joins, view_of
+from msched.proof.dialects import Step
 from msched.scheduling.pipeline import Schedule
 
 __all__ = ["CATEGORY_COLOURS", "render_svg"]
@@ -171,19 +173,53 @@ def _svg_links(v: View, f: _Frame) -> list[str]:
             continue
         rs = use.record.stream
         for wait in use.waits:
-            ws = wait.stream
-            x1, x2 = f.x(v.start[use.record.node]), f.x(v.start[wait.node])
-            y1 = f.lane_top(rs) + _LANE / 2
-            y2 = f.lane_top(ws) + _LANE / 2
-            mid = (y1 + y2) / 2
             cls = "link exitlink" if wait in joins else "link"
             tip = (
                 f"e{use.event}: {use.record.node.name} on stream {rs} -> {wait.node.name} on "
-                f"stream {ws}"
+                f"stream {wait.stream}"
             )
-            curve = f"M{x1:.1f},{y1:.1f} C{x1:.1f},{mid:.1f} {x2:.1f},{mid:.1f} {x2:.1f},{y2:.1f}"
-            out.append(f'<path d="{curve}" class="{cls}"><title>{_xml(tip)}</title></path>')
-            out.append(f'<circle cx="{x2:.1f}" cy="{y2:.1f}" r="2.5" class="waitdot"/>')
+            out += _svg_link(f, (rs, v.start[use.record.node]), wait, v.start[wait.node], cls, tip)
+    return out
+
+
+def _svg_link(
+    f: _Frame, source: tuple[int, float], wait: Step, at: float, cls: str, tip: str
+) -> list[str]:
+    """A curve from ``source`` (a stream and a time) to ``wait`` on its stream at ``at``."""
+    (rs, t1), ws = source, wait.stream
+    x1, x2 = f.x(t1), f.x(at)
+    y1, y2 = f.lane_top(rs) + _LANE / 2, f.lane_top(ws) + _LANE / 2
+    mid = (y1 + y2) / 2
+    curve = f"M{x1:.1f},{y1:.1f} C{x1:.1f},{mid:.1f} {x2:.1f},{mid:.1f} {x2:.1f},{y2:.1f}"
+    return [
+        f'<path d="{curve}" class="{cls}"><title>{_xml(tip)}</title></path>',
+        f'<circle cx="{x2:.1f}" cy="{y2:.1f}" r="2.5" class="waitdot"/>',
+    ]
+
+
+def _svg_joins(v: View, f: _Frame, joins: tuple[StreamJoin, ...]) -> list[str]:
+    """A curve from each stream a ``wait_stream`` joins (where its last node issued before
+    the join ends) to the waiting stream; a host barrier is a dotted line across every lane
+    at its time, with a curve from each point it waits for."""
+    out = []
+    exits = set(exit_waits(v))
+    for join in joins:
+        step, at = join.step, v.start[join.step.node]
+        what = f"{step_text(step, v.names)} ({step.node.name})"
+        if step.kind == "synchronize":
+            top, bottom = f.lane_top(0), f.lane_top(v.num_streams)
+            tip = f"{what}: a host barrier; later work on every stream comes after it"
+            out.append(
+                f'<line x1="{f.x(at):.1f}" y1="{top}" x2="{f.x(at):.1f}" y2="{bottom}" '
+                f'class="barrier"><title>{_xml(tip)}</title></line>'
+            )
+            for source in join.sources:
+                out += _svg_link(f, source, step, at, "link barrierlink", tip)
+            continue
+        cls = "link joinlink exitlink" if step in exits else "link joinlink"
+        for source in join.sources:
+            tip = f"{what}: stream {step.stream} waits for all work issued on stream {source[0]}"
+            out += _svg_link(f, source, step, at, cls, tip + " so far")
     return out
 
 
@@ -196,9 +232,14 @@ _SVG_STYLE = (
     ".link{fill:none;stroke:#333;stroke-opacity:.35;stroke-width:1}"
     ".exitlink{stroke:#C00000;stroke-opacity:.9;stroke-width:1.8}.waitdot{fill:#333;fill-opacity:.6}"
 )
+# Drawn only in pictures that have stream-wide joins or host barriers (msched's own have none).
+_JOIN_STYLE = (
+    ".joinlink{stroke-dasharray:4,2}"
+    ".barrier{stroke:#6A3D9A;stroke-width:1.5;stroke-dasharray:2,2}.barrierlink{stroke:#6A3D9A}"
+)
 
 
-def _svg_legend(f: _Frame, y: float) -> list[str]:
+def _svg_legend(f: _Frame, y: float, joins: tuple[StreamJoin, ...]) -> list[str]:
     out = []
     x = float(_LEFT)
     for cat, colour in CATEGORY_COLOURS.items():
@@ -210,6 +251,15 @@ def _svg_legend(f: _Frame, y: float) -> list[str]:
     x += 125
     out.append(f'<path d="M{x:.1f},{y - 4} L{x + 24:.1f},{y - 4}" class="link exitlink"/>')
     out.append(f'<text x="{x + 29:.1f}" y="{y}" class="legend">wait joined by output</text>')
+    kinds = {join.step.kind for join in joins}
+    for kind, cls, label in (
+        ("wait_stream", "link joinlink", "stream-wide join (wait sN)"),
+        ("synchronize", "barrier", "host barrier (synchronize)"),
+    ):
+        if kind in kinds:
+            x += 170
+            out.append(f'<path d="M{x:.1f},{y - 4} L{x + 24:.1f},{y - 4}" class="{cls}"/>')
+            out.append(f'<text x="{x + 29:.1f}" y="{y}" class="legend">{label}</text>')
     return out
 
 
@@ -221,12 +271,18 @@ def render_svg(
     Boxes are compute nodes placed at their start and end (``scale`` pixels per cost unit;
     by default at least 6, so a table-model matmul has room for a label), coloured by
     `msched.analysis.cost.op_category`; hovering shows name, op and times.  Each record is
-    linked to each of its waits by a thin curve; the waits that join ``output`` are red, as
-    is the dashed line at the makespan.  A time axis is on top and a legend below.  Every
-    lane is a ``rect`` with ``class="lane"`` and ``data-stream``.  Deterministic bytes.
+    linked to each of its waits by a thin curve, and each stream a stream-wide join
+    (``wait sN``) waits for to the waiting stream, from where the joined stream's last node
+    issued before the join ends (dashed); the waits that join ``output`` are red, as is the
+    dashed line at the makespan.  A host barrier (``synchronize``) is a dotted purple line
+    across every lane, with a curve from each point it waits for.  A time axis is on top and
+    a legend below.  Every lane is a ``rect`` with ``class="lane"`` and ``data-stream``.
+    Deterministic bytes.
     """
     v = view_of(obj, cost_model)
     f = _frame(v, scale)
+    joins = stream_joins(v)
+    style = _SVG_STYLE + (_JOIN_STYLE if joins else "")
     title = (
         f"msched schedule: {counts(v)}, "
         f"makespan {format_number(v.makespan)} (lower bound {format_number(v.lower_bound)})"
@@ -234,7 +290,7 @@ def render_svg(
     body = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{f.width:.0f}" height="{f.height:.0f}" '
         f'viewBox="0 0 {f.width:.0f} {f.height:.0f}">',
-        f"<style>{_SVG_STYLE}</style>",
+        f"<style>{style}</style>",
         f'<rect width="{f.width:.0f}" height="{f.height:.0f}" fill="#ffffff"/>',
         f'<text x="12" y="22" class="title">{_xml(title)}</text>',
     ]
@@ -243,7 +299,7 @@ def render_svg(
         node = step.node
         if node.op not in (*INPUT_OPS, "output") and v.finish[node] > v.start[node]:
             body += _svg_box(v, f, node)
-    body += _svg_links(v, f)
-    body += _svg_legend(f, f.lane_top(v.num_streams) + 48)
+    body += _svg_links(v, f) + _svg_joins(v, f, joins)
+    body += _svg_legend(f, f.lane_top(v.num_streams) + 48, joins)
     body.append("</svg>")
     return "\n".join(body) + "\n"

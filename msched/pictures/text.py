@@ -78,8 +78,9 @@ def node_text(node: Node) -> str:
 
 
 def step_text(step: Step, names: EventNames | None = None) -> str:
-    """One step of a stream program: ``record @add_tensor_2``, ``wait @add_tensor_2``,
-    ``record_stream(t, s1)`` or the node's `node_text`.
+    """One step of a stream program: ``record @add_tensor_2``, ``wait @add_tensor_2``, a
+    stream-wide join ``wait s1``, a host barrier ``synchronize`` / ``synchronize s1`` /
+    ``synchronize @add_tensor_2``, ``record_stream(t, s1)``, or the node's `node_text`.
 
     Records and waits print their stable name (`msched.pictures.naming`) from ``names``, the
     `EventNames` of the step's program (``View.names``).  Without it the names of the step's
@@ -89,10 +90,23 @@ def step_text(step: Step, names: EventNames | None = None) -> str:
     if step.kind in ("record_event", "wait_event"):
         event = _event_text(step, names)
         return f"{'record' if step.kind == 'record_event' else 'wait'} {event}"
+    if step.kind == "wait_stream":
+        return f"wait s{step.to_stream}"
+    if step.kind == "synchronize":
+        return _synchronize_text(step, names)
     if step.kind == "record_stream":
         tensor = step.tensor.name if step.tensor is not None else "?"
         return f"record_stream({tensor}, s{step.to_stream})"
     return node_text(step.node)
+
+
+def _synchronize_text(step: Step, names: EventNames | None) -> str:
+    """A host barrier: on an event (named as a wait names it), a stream, or the device."""
+    if step.event is not None:
+        return f"synchronize {_event_text(step, names)}"
+    if step.to_stream is not None:
+        return f"synchronize s{step.to_stream}"
+    return "synchronize"
 
 
 def _event_text(step: Step, names: EventNames | None) -> str:
@@ -151,7 +165,10 @@ def render_text(obj: Schedule | GraphModule, cost_model: CostModel | None = None
     one line per node in emission (host) order: the stream lane ``sN |``, an indentation of two
     spaces per stream, and the node (``name = op(args)``, ``record @add_tensor_2``,
     ``wait @add_tensor_2``, ``record_stream(t, sN)``; a switch with its waits:
-    ``switch, wait @add_tensor_2 @mm_3``).  Records and waits are named after the
+    ``switch, wait @add_tensor_2 @mm_3``; a stream-wide join, the lane's stream waiting for
+    all work issued on stream N so far: ``wait sN``; a host barrier: ``synchronize`` (the
+    device), ``synchronize sN``, ``synchronize @add_tensor_2`` (an event)).  Records and
+    waits are named after the
     point they mark, not by event id (`msched.pictures.naming`: ``@node``, ``@entry.sN``,
     ``@node#2``), so adding one event leaves every other line unchanged.  A switch that waits
     for nothing is folded into the lane column: a change of lane is where one stood.

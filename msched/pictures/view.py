@@ -18,21 +18,24 @@ from torch.fx import Graph, GraphModule, Node
 
 from msched.analysis.cost import CostModel, DefaultCostModel
 from msched.analysis.dag import build_dag
+from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidArgumentError
 from msched.pictures.naming import EventNames, event_names
 from msched.proof.clocks import Clocks, clocks_of
-from msched.proof.dialects import Step, StreamProgram, interpret
+from msched.proof.dialects import Dialect, Step, StreamProgram, interpret
 from msched.proof.timeline import simulate
 from msched.scheduling.pipeline import Schedule
 
 __all__ = [
     "EventUse",
+    "StreamJoin",
     "View",
     "dependencies_by_name",
     "event_of",
     "exit_waits",
     "host_index",
     "joining_wait",
+    "stream_joins",
     "view_of",
 ]
 
@@ -193,7 +196,9 @@ def _stream_op_times(
     """Complete ``start``/``finish`` with the nodes they lack (stream ops, inputs, output).
 
     A node without a time happens when its stream reaches it: after the previous timed node
-    of that stream, and for a wait, not before the record it binds to.
+    of that stream, and for a wait, not before what it waits for (the record it binds to,
+    the work issued so far on the stream it joins); a host barrier happens when what it
+    waits for is done, and every stream reaches it.
     """
     program = clocks.program
     cursor = [0.0] * program.num_streams
@@ -208,14 +213,30 @@ def _stream_op_times(
         t = cursor[s]
         if node in out_start:  # a later action of a stream op that has several
             t = max(t, out_start[node])
-        record = clocks.binding.get(step) if step.kind == "wait_event" else None
-        if record is not None:
-            t = max(t, out_start[record.node])
-        elif node is program.output:
+        if node is program.output:
             t = max([t, *cursor]) if node not in start else start[node]
+        else:
+            t = max([t, *_waited_times(clocks, step, cursor, out_start)])
         cursor[s] = t
+        if step.kind == "synchronize":
+            cursor = [max(c, t) for c in cursor]
         out_start[node] = out_finish[node] = t
     return out_start, out_finish
+
+
+def _waited_times(
+    clocks: Clocks, step: Step, cursor: list[float], out_start: dict[Node, float]
+) -> list[float]:
+    """When what a stream op waits for is done: its record, the stream(s) it joins."""
+    if step.kind not in ("wait_event", "wait_stream", "synchronize"):
+        return []
+    if step.event is not None:
+        found = clocks.binding if step.kind == "wait_event" else clocks.synchronize_binding
+        record = found.get(step)
+        return [out_start[record.node]] if record is not None else []
+    if step.to_stream is not None:
+        return [cursor[step.to_stream]]
+    return list(cursor) if step.kind == "synchronize" else []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,7 +268,8 @@ def joining_wait(v: View, node: Node, stream: int) -> Step | None:
 
 def exit_waits(v: View) -> tuple[Step, ...]:
     """The waits that join the exit: those on ``output``'s stream after the previous node of
-    that stream, bound to a record (`Clocks.binding`), in host order."""
+    that stream, bound to a record (`Clocks.binding`), stream-wide joins and host barriers,
+    in host order."""
     out = v.program.output
     stream, binding = v.program.stream_of[out], v.clocks.binding
     found: list[Step] = []
@@ -256,19 +278,53 @@ def exit_waits(v: View) -> tuple[Step, ...]:
             continue
         if step.kind == "compute":
             break
-        if step.kind == "wait_stream" or binding.get(step) is not None:
+        if step.kind in ("wait_stream", "synchronize") or binding.get(step) is not None:
             found.append(step)
     return tuple(reversed(found))
+
+
+@dataclass(frozen=True)
+class StreamJoin:
+    """A stream-wide join (``wait_stream``) or host barrier (``synchronize``) that runs, and
+    the points it waits for: ``sources`` holds ``(stream, time)`` for each, the finish of the
+    last node issued on a joined stream before it, or the time of the record a barrier on an
+    event binds to (empty when what it waits for ran nothing)."""
+
+    step: Step
+    sources: tuple[tuple[int, float], ...]
+
+
+def stream_joins(v: View) -> tuple[StreamJoin, ...]:
+    """Every stream-wide join and host barrier before ``output``, in host order."""
+    last: dict[int, Node] = {}  # stream -> its last compute node so far
+    found: list[StreamJoin] = []
+    for step in v.program.steps:
+        if step.node is v.program.output:
+            break
+        if step.kind == "compute" and step.node.op not in INPUT_OPS:
+            last[step.stream] = step.node
+        elif step.kind in ("wait_stream", "synchronize"):
+            found.append(StreamJoin(step, _join_sources(v, step, last)))
+    return tuple(found)
+
+
+def _join_sources(v: View, step: Step, last: dict[int, Node]) -> tuple[tuple[int, float], ...]:
+    if step.event is not None:
+        record = v.clocks.synchronize_binding.get(step)
+        return () if record is None else ((record.stream, v.start[record.node]),)
+    streams = range(v.num_streams) if step.to_stream is None else (step.to_stream,)
+    return tuple((t, v.finish[last[t]]) for t in streams if t in last)
 
 
 def dependencies_by_name(obj: Schedule | GraphModule) -> dict[str, dict[str, set[str]]]:
     """``{node name: {dependency name: reasons}}`` of the graph that was scheduled.
 
     For a `Schedule` the Dag of ``Schedule.original`` (the input program order defines the
-    hazards); for a bare module the Dag of its compute nodes in scheduled host order.
+    hazards); for a bare module, or a Schedule read back without its original
+    (`msched.read_schedule`), the Dag of its compute nodes in scheduled host order.
     """
     if isinstance(obj, Schedule):
-        graph = obj.original.graph
+        graph = _original_graph(obj) or _without_stream_ops(obj.gm, obj.dialect)
     elif isinstance(obj, GraphModule):
         graph = _without_stream_ops(obj)
     else:
@@ -279,11 +335,23 @@ def dependencies_by_name(obj: Schedule | GraphModule) -> dict[str, dict[str, set
     return {n.name: {d.name: r for d, r in dag.dependencies(n).items()} for n in dag.nodes}
 
 
-def _without_stream_ops(gm: GraphModule) -> Graph:
-    program = interpret(gm)
+def _original_graph(sched: Schedule) -> Graph | None:
+    """``sched.original``'s graph; None for a Schedule read back without one."""
+    try:
+        return sched.original.graph
+    except InvalidArgumentError:  # read_schedule(gm) without original=
+        return None
+
+
+def _without_stream_ops(gm: GraphModule, dialect: Dialect | None = None) -> Graph:
+    """The compute nodes of ``gm`` in host order (a passthrough stream op's users read the
+    value it passes through)."""
+    program = interpret(gm, dialect)
     graph = Graph()
     env: dict[Node, Node] = {}
     for step in program.steps:
         if step.kind == "compute":
-            env[step.node] = graph.node_copy(step.node, lambda n: env[n])
+            env[step.node] = graph.node_copy(
+                step.node, lambda n: env[program.passthrough.get(n, n)]
+            )
     return graph

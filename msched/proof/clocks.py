@@ -26,7 +26,8 @@ Questions the pictures and the plugin ask, and the `Clocks` attribute that answe
 (``clocks = clocks_of(interpret(gm))``):
 
 - *Which wait joins node N on stream S* (the first wait step, ``wait_event`` or
-  ``wait_stream``, after which stream ``S`` happens-after ``N``):
+  ``wait_stream``, or host barrier, ``synchronize``, after which stream ``S`` happens-after
+  ``N``):
   ``clocks.joining_wait(N, S)``; None when ``N`` runs on ``S`` or no wait joins it.  Joins
   through a third stream count.
 - *Which record does wait W bind to* (``W`` a ``wait_event`` step): ``clocks.binding[W]``,
@@ -50,7 +51,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple
 
@@ -90,9 +91,10 @@ class Clocks:
     ``output`` included); ``order`` lists those nodes in host order.  ``binding[w]`` is the
     record step each ``wait_event`` step before ``output`` binds to (None: unrecorded) and
     ``clock_after[w]`` the vector clock of its stream right after each wait step
-    (``wait_event`` or ``wait_stream``).  ``unrecorded_waits``
-    and ``unjoined_starts`` are the diagnostics of the module docstring.  ``num_streams`` is
-    the width of every clock.
+    (``wait_event`` or ``wait_stream``); ``barrier_after[b]`` the clock of every stream
+    right after each ``synchronize`` step before ``output`` (a host barrier joins them
+    all).  ``unrecorded_waits`` and ``unjoined_starts`` are the diagnostics of the module
+    docstring.  ``num_streams`` is the width of every clock.
     """
 
     program: StreamProgram
@@ -103,6 +105,7 @@ class Clocks:
     clock_after: dict[Step, tuple[int, ...]]
     unrecorded_waits: tuple[Step, ...]
     unjoined_starts: tuple[Node, ...]
+    barrier_after: dict[Step, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return (
@@ -127,7 +130,8 @@ class Clocks:
         return node in self.stamp and self.happens_before(node, self.program.output)
 
     def joining_wait(self, node: Node, stream: int) -> Step | None:
-        """The first wait on ``stream`` after which ``stream`` happens-after ``node``.
+        """The first wait on ``stream`` (or host barrier) after which ``stream``
+        happens-after ``node``.
 
         None when ``node`` runs on ``stream`` (no wait is needed), never runs, or no wait
         joins it.  A graph input is ready on stream 0, so the first wait that joins stream 0
@@ -137,9 +141,8 @@ class Clocks:
         if at is None or at.stream == stream:
             return None
         waits = self._waits_by_stream.get(stream, ())
-        after = self.clock_after
-        i = bisect_left(waits, at.seq, key=lambda w: after[w][at.stream])
-        return waits[i] if i < len(waits) else None
+        i = bisect_left(waits, at.seq, key=lambda w: w[1][at.stream])
+        return waits[i][0] if i < len(waits) else None
 
     def later_record(self, wait: Step) -> Step | None:
         """The first record of ``wait``'s event after it in host order (None: there is none):
@@ -152,10 +155,19 @@ class Clocks:
         return None
 
     @cached_property
-    def _waits_by_stream(self) -> dict[int, tuple[Step, ...]]:
-        by_stream: dict[int, list[Step]] = {}
-        for wait in self.clock_after:
-            by_stream.setdefault(wait.stream, []).append(wait)
+    def _waits_by_stream(self) -> dict[int, tuple[tuple[Step, tuple[int, ...]], ...]]:
+        """Each stream's waits and the host barriers, in host order, with the stream's
+        clock right after each."""
+        by_stream: dict[int, list[tuple[Step, tuple[int, ...]]]] = {}
+        after, barriers = self.clock_after, self.barrier_after
+        for step in self.program.steps:
+            if step in after:
+                by_stream.setdefault(step.stream, []).append((step, after[step]))
+            elif step in barriers:
+                for t, clock in enumerate(barriers[step]):
+                    by_stream.setdefault(t, []).append((step, clock))
+            if step.node is self.program.output:
+                break
         return {s: tuple(waits) for s, waits in by_stream.items()}
 
     @cached_property
@@ -284,6 +296,7 @@ def _walk(program: StreamProgram, width: int) -> Clocks:
     order: list[Node] = []
     binding: dict[Step, Step | None] = {}
     clock_after: dict[Step, tuple[int, ...]] = {}
+    barrier_after: dict[Step, tuple[tuple[int, ...], ...]] = {}
     unrecorded: list[Step] = []
     unjoined: list[Node] = []
     out = program.output
@@ -326,6 +339,7 @@ def _walk(program: StreamProgram, width: int) -> Clocks:
             for t in range(width):
                 _join(vc[t], done)
                 joined[t] = tuple(vc[t])
+            barrier_after[step] = tuple(joined)
     return Clocks(
         program,
         width,
@@ -335,4 +349,5 @@ def _walk(program: StreamProgram, width: int) -> Clocks:
         clock_after,
         tuple(unrecorded),
         tuple(unjoined),
+        barrier_after,
     )
