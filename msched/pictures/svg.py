@@ -26,6 +26,7 @@ CATEGORY_COLOURS = {
 }
 _DARK = ("attention", "capture / in-place")
 _LEFT, _TOP, _LANE, _BOX, _CHAR = 130, 64, 46, 30, 6.1
+_LEGEND_ROW = 18  # a second legend row: the stream-wide joins and host barriers
 
 
 def _xml(text: str) -> str:
@@ -57,14 +58,14 @@ class _Frame:
         return _TOP + stream * _LANE
 
 
-def _frame(v: View, scale: float | None) -> _Frame:
+def _frame(v: View, scale: float | None, legend_rows: int = 1) -> _Frame:
     # At 6 px per unit a table-model matmul (10 units) is wide enough for a short label; very
     # long schedules are squeezed to 20 000 px so viewers still open them.
     span = max(v.makespan, 1e-9)
     if scale is None:
         scale = max(6.0, 1100.0 / span) if span * 6.0 <= 20000 else 20000.0 / span
     width = _LEFT + span * scale + 40
-    height = _TOP + v.num_streams * _LANE + 70
+    height = _TOP + v.num_streams * _LANE + 70 + (legend_rows - 1) * _LEGEND_ROW
     return _Frame(scale, v.num_streams, max(width, 760.0), height)
 
 
@@ -252,14 +253,15 @@ def _svg_legend(f: _Frame, y: float, joins: tuple[StreamJoin, ...]) -> list[str]
     out.append(f'<path d="M{x:.1f},{y - 4} L{x + 24:.1f},{y - 4}" class="link exitlink"/>')
     out.append(f'<text x="{x + 29:.1f}" y="{y}" class="legend">wait joined by output</text>')
     kinds = {join.step.kind for join in joins}
+    x, y = float(_LEFT), y + _LEGEND_ROW
     for kind, cls, label in (
         ("wait_stream", "link joinlink", "stream-wide join (wait sN)"),
         ("synchronize", "barrier", "host barrier (synchronize)"),
     ):
         if kind in kinds:
-            x += 170
             out.append(f'<path d="M{x:.1f},{y - 4} L{x + 24:.1f},{y - 4}" class="{cls}"/>')
             out.append(f'<text x="{x + 29:.1f}" y="{y}" class="legend">{label}</text>')
+            x += 190
     return out
 
 
@@ -280,8 +282,8 @@ def render_svg(
     Deterministic bytes.
     """
     v = view_of(obj, cost_model)
-    f = _frame(v, scale)
     joins = stream_joins(v)
+    f = _frame(v, scale, 2 if joins else 1)
     style = _SVG_STYLE + (_JOIN_STYLE if joins else "")
     title = (
         f"msched schedule: {counts(v)}, "

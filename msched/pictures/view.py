@@ -324,7 +324,8 @@ def dependencies_by_name(obj: Schedule | GraphModule) -> dict[str, dict[str, set
     (`msched.read_schedule`), the Dag of its compute nodes in scheduled host order.
     """
     if isinstance(obj, Schedule):
-        graph = _original_graph(obj) or _without_stream_ops(obj.gm, obj.dialect)
+        original = _original_graph(obj)
+        graph = original if original is not None else _without_stream_ops(obj.gm, obj.dialect)
     elif isinstance(obj, GraphModule):
         graph = _without_stream_ops(obj)
     else:
