@@ -21,6 +21,7 @@ from msched.errors import (
     ScheduleVerificationError,
     SplitOpNotFoundError,
     SplitOpNotFoundWarning,
+    UnreadStreamOpsError,
 )
 from msched.limits import MAX_STREAMS
 from msched.proof.dialects import Dialect
@@ -49,6 +50,7 @@ __all__ = [
     "SplitOpNotFoundError",
     "SplitOpNotFoundWarning",
     "Timeline",
+    "UnreadStreamOpsError",
     "Violation",
     "backend",
     "build_dag",

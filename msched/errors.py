@@ -15,6 +15,18 @@ class InvalidGraphError(MschedError):
     """The input graph cannot be scheduled or verified as given (no output, nodes after it, ...)."""
 
 
+class UnreadStreamOpsError(InvalidGraphError):
+    """The graph has ops that look like stream ops (`msched.proof.lookalikes`) but the dialect
+    it is read in does not read them: read as compute they would order nothing, so no verdict
+    on the graph can be trusted.  ``ops`` are their qualified names (``myeng::wait``),
+    ``nodes`` the names of their nodes; the message says how to give the dialect."""
+
+    def __init__(self, message: str, *, nodes: tuple[str, ...], ops: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.nodes = nodes
+        self.ops = ops
+
+
 class InvalidArgumentError(MschedError, ValueError):
     """An argument of a public function is out of range or of the wrong type."""
 

@@ -14,6 +14,8 @@ graph of the run exactly once.
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import dataclasses
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -38,24 +40,106 @@ if TYPE_CHECKING:
     from msched.testing import checks
 
 WORKER_OUTPUT_KEY = "msched_stats"
+DIALECT_FIXTURE = "msched_dialect"
+
+
+class ReadingContext:
+    """How the plugin's helpers, snapshots and dumps read graphs while a test (or, outside
+    one, the session) runs: the dialect configured for it and the stream count it asked for.
+
+    In a test the dialect is the value of its ``msched_dialect`` fixture (the ini or
+    command-line value, or a ``conftest.py`` override), asked for the first time a helper
+    needs it; outside a test it is the session's `Settings.dialect`.  ``None``: detected from
+    each graph's ops.  Set for the extent of a test by `MschedSession.reading`, so nothing
+    outlives the test or the session (in-process ``pytester`` runs nest).
+    """
+
+    def __init__(
+        self, session: MschedSession, request: pytest.FixtureRequest | None = None
+    ) -> None:
+        self._session = session  # its settings are resolved only when a helper asks
+        self._request = request
+        self._dialect: list[Dialect | None] = []  # the dialect once looked up
+
+    def dialect(self) -> Dialect | None:
+        if not self._dialect:
+            self._dialect.append(self._lookup())
+        return self._dialect[0]
+
+    def _lookup(self) -> Dialect | None:
+        from msched.proof.dialects import as_dialect
+
+        if self._request is None:
+            return self._session.settings.dialect
+        value = self._request.getfixturevalue(DIALECT_FIXTURE)
+        return None if value is None else as_dialect(value)
+
+    def requested_streams(self) -> int | None:
+        """The ``num_streams`` of the running test (``3`` in ``test[streams3]``), if any."""
+        callspec = getattr(self._request.node, "callspec", None) if self._request else None
+        count = callspec.params.get(_params.FIXTURE) if callspec is not None else None
+        return count if isinstance(count, int) else None
+
+
+_READING: contextvars.ContextVar[ReadingContext | None] = contextvars.ContextVar(
+    "pytest_msched_reading", default=None
+)
+
+
+def reading_context() -> ReadingContext | None:
+    """The `ReadingContext` of the running test or session; None outside any pytest run."""
+    return _READING.get()
+
+
+def configured_dialect() -> Dialect | None:
+    """The dialect the running test reads graphs in when a helper is given none (see
+    `ReadingContext`); None (detect) outside a pytest run."""
+    context = _READING.get()
+    return None if context is None else context.dialect()
 
 
 @dataclass(frozen=True)
 class GraphRecord:
     """One graph scheduled by ``schedule_graph`` (or, ``traced``, traced by the
-    ``trace_streams`` fixture); ``violations`` is None when not verified."""
+    ``trace_streams`` fixture); ``violations`` is None when not verified.
+
+    ``num_streams`` is the stream count the test asked for (``3`` in ``test[streams3]``; the
+    streams of a traced graph); ``used`` the streams that run a node of the scheduled graph
+    (None: not known), ``test`` the node id of the test that scheduled it.
+    """
 
     num_streams: int
     num_events: int
     num_waits: int
     violations: int | None
     traced: bool = False
+    used: int | None = None
+    test: str = ""
 
     @classmethod
-    def of(cls, check: checks.ScheduleCheck) -> GraphRecord:
+    def of(cls, check: checks.ScheduleCheck, requested: int, test: str) -> GraphRecord:
         sched, report = check.schedule, check.report
         violations = None if report is None else len(report.violations)
-        return cls(sched.num_streams, sched.num_events, sched.num_waits, violations)
+        used = _streams_used(check)
+        return cls(requested, sched.num_events, sched.num_waits, violations, False, used, test)
+
+    @property
+    def lazy(self) -> bool:
+        """Whether the scheduler used fewer streams than it was asked for."""
+        return not self.traced and self.used is not None and self.used < self.num_streams
+
+
+def _streams_used(check: checks.ScheduleCheck) -> int | None:
+    """The streams on which some node of the scheduled graph runs (stream ops aside)."""
+    from msched.errors import MschedError
+    from msched.proof.dialects import interpret
+
+    try:
+        program = interpret(check.schedule.gm, check.dialect)
+    except MschedError:
+        return None
+    inputs = ("placeholder", "get_attr", "output")
+    return len({s.stream for s in program.compute_steps if s.node.op not in inputs})
 
 
 @dataclass(frozen=True)
@@ -67,11 +151,9 @@ class SessionStats:
     def add(self, record: GraphRecord) -> None:
         self.records.append(record)
 
-    def to_wire(self) -> list[tuple[int, int, int, int | None, bool]]:
+    def to_wire(self) -> list[tuple[Any, ...]]:
         """The records as plain tuples that execnet can send."""
-        return [
-            (r.num_streams, r.num_events, r.num_waits, r.violations, r.traced) for r in self.records
-        ]
+        return [dataclasses.astuple(r) for r in self.records]
 
     def merge_wire(self, data: list[Any] | None) -> None:
         """Add the records a worker sent with `to_wire` (nothing when it sent none)."""
@@ -95,6 +177,7 @@ class SessionStats:
             ]
             if unverified:
                 lines[-1] += f" ({unverified} graphs not verified: --msched-verify=off)"
+            lines += _lazy_lines(scheduled)
         if traced:
             streams = max(r.num_streams for r in traced)
             waits = sum(r.num_waits for r in traced)
@@ -103,6 +186,23 @@ class SessionStats:
                 f"{waits} waits"
             )
         return lines
+
+
+#: Tests named on the summary's line of schedulers that used fewer streams than asked for.
+LAZY_SHOWN = 10
+
+
+def _lazy_lines(scheduled: list[GraphRecord]) -> list[str]:
+    """The summary line naming the tests whose scheduler left requested streams unused."""
+    lazy = sorted((r for r in scheduled if r.lazy), key=lambda r: r.test)
+    if not lazy:
+        return []
+    shown = [f"{r.test} ({r.used} of {r.num_streams})" for r in lazy[:LAZY_SHOWN]]
+    more = len(lazy) - LAZY_SHOWN
+    return [
+        f"fewer streams used than requested: {len(lazy)} graphs: {', '.join(shown)}"
+        + (f", and {more} more" if more > 0 else "")
+    ]
 
 
 _SESSION_KEY = pytest.StashKey["MschedSession"]()
@@ -179,9 +279,19 @@ class MschedSession:
         )
         if isinstance(check, checks.SchedulerFailure):
             return check
-        self.stats.add(GraphRecord.of(check))
+        self.stats.add(GraphRecord.of(check, num_streams, nodeid))
         self._schedules.setdefault(nodeid, []).append(check.schedule)
         return check
+
+    @contextlib.contextmanager
+    def reading(self, request: pytest.FixtureRequest | None = None) -> Iterator[None]:
+        """While this runs, `configured_dialect` is the dialect of the test of ``request``
+        (of the session when None), as `ReadingContext` says."""
+        token = _READING.set(ReadingContext(self, request))
+        try:
+            yield
+        finally:
+            _READING.reset(token)
 
     def traced_decoder(self, num_streams: int, kwargs: dict[str, Any]) -> TracedDecoder:
         """`trace_decoder` once per stream count and arguments (when they are hashable):

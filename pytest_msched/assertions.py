@@ -5,8 +5,10 @@ graph, of its original, or their names: nodes are matched by name, which `msched
 keeps).  A failure names the node and the stream it is issued on and shows the lines of the
 scheduled graph around the problem, with their streams (`msched.testing.checks.excerpt`).
 Each takes ``dialect``: the `msched.Dialect` (or a dialect name) of the graph's stream ops;
-``None``, the default, detects it from the graph's ops, so graphs another engine's pass
-scheduled with its own stream ops are read too.
+``None``, the default, is the dialect configured for the running test (its ``msched_dialect``
+fixture: ``--msched-dialect``, the ini option ``msched_dialect`` or a ``conftest.py``
+override), else the one detected from the graph's ops.  A graph with ops that look like
+stream ops but that the dialect does not read raises `msched.UnreadStreamOpsError` naming them.
 The checks themselves are the plain functions of `msched.testing.checks`.
 """
 
@@ -20,7 +22,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from msched.analysis.nodes import node_named
-from msched.proof.dialects import Dialect
+from msched.proof.dialects import Dialect, interpret
 from msched.proof.verifier import verify
 from msched.testing.checks import (
     capture_columns,
@@ -33,6 +35,17 @@ from msched.testing.checks import (
 
 # Imported under the name the assertion shows: pytest prints ``where False = _exit_joins(...)``.
 from msched.testing.checks import exit_joins as _exit_joins
+from pytest_msched._session import configured_dialect
+
+
+def _reading(gm: GraphModule, dialect: Dialect | str | None) -> Dialect:
+    """The dialect ``gm`` is read in: ``dialect``, else the running test's, else detected.
+
+    The graph is read in it at once, also by helpers whose check does not need its streams:
+    stream ops the dialect cannot read fail every helper (`msched.UnreadStreamOpsError`)."""
+    read = resolve_dialect(gm, configured_dialect() if dialect is None else dialect)
+    interpret(gm, read)
+    return read
 
 
 def _node(gm: GraphModule, node: Node | str) -> Node:
@@ -58,7 +71,7 @@ def assert_captures_precede_output(
     silently never runs (the Eagle3 bug this project exists for).
     """
     __tracebackhide__ = True
-    read = resolve_dialect(gm, dialect)
+    read = _reading(gm, dialect)
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     nodes = [_node(gm, c) for c in captures]
     late = [n for n in nodes if order[n] > order[_output(gm)]]
@@ -183,7 +196,7 @@ def assert_survives_recompile(
     them must change.
     """
     __tracebackhide__ = True
-    read = resolve_dialect(gm, dialect)
+    read = _reading(gm, dialect)
     nodes = [_node(gm, c) for c in captures]
     gm.recompile()
     _check_code_order(gm, nodes, read)
@@ -200,7 +213,7 @@ def assert_exit_waits_on(
     stream 0 waits on an event recorded after it (directly or through other streams).
     """
     __tracebackhide__ = True
-    read = resolve_dialect(gm, dialect)
+    read = _reading(gm, dialect)
     target = _node(gm, node)
     out = _output(gm)
     assert _exit_joins(gm, target, read), (
@@ -214,8 +227,8 @@ def assert_race_free(
     gm: GraphModule, original: GraphModule, dialect: Dialect | str | None = None
 ) -> None:
     """`msched.verify` finds no violation in ``gm`` against the unscheduled ``original``
-    (``gm`` read in ``dialect``; ``None``: detected from its ops)."""
+    (``gm`` read in ``dialect``; ``None``: the running test's dialect, else detected)."""
     __tracebackhide__ = True
-    read = resolve_dialect(gm, dialect)
+    read = _reading(gm, dialect)
     report = verify(gm, original=original, dialect=read)
     assert report.ok, violation_message(gm, report, read)

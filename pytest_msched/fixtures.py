@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import pytest
@@ -67,6 +67,14 @@ def msched_dialect(pytestconfig: pytest.Config) -> msched.Dialect | None:
     to return one.
     """
     return MschedSession.of(pytestconfig).settings.dialect
+
+
+@pytest.fixture(autouse=True)
+def _msched_reading(request: pytest.FixtureRequest) -> Iterator[None]:
+    """For the extent of every test, the helpers, snapshots and dumps read graphs in the
+    dialect of its ``msched_dialect`` fixture (`pytest_msched._session.ReadingContext`)."""
+    with MschedSession.of(request.config).reading(request):
+        yield
 
 
 @pytest.fixture

@@ -5,8 +5,10 @@ The snapshot of a `msched.Schedule` or a scheduled ``GraphModule`` is its canoni
 lower bound,
 then one line per node in emission order with its stream lane, every record and wait shown,
 ``output`` last.  Graphs whose stream ops are another dialect's render the same way: a
-Schedule in its ``dialect`` (`msched.read_schedule`), a module in the dialect detected from
-its ops (`msched.Dialect.detect`); that dialect's op names appear where ops are shown.  The
+Schedule in its ``dialect`` (`msched.read_schedule`), a module in the running test's
+dialect (``msched_dialect``; none configured: detected from its ops, `msched.Dialect.detect`);
+that dialect's op names appear where ops are shown.  The header's stream count is the one the
+test asked for, also when the scheduler used fewer.  The
 text is identical across runs, hash seeds and xdist workers, so a change in a snapshot file
 is a change of the schedule, and ``git diff`` shows it line by line.
 
@@ -14,8 +16,8 @@ Files live next to the test module, in ``__snapshots__/<test module>/<test name>
 (``<test name>`` includes the parametrization, e.g. ``test_decoder[streams3]``).
 
 A mismatch starts with a summary in schedule terms (`msched.pictures.diff.snapshot_summary`,
-what ``msched diff`` prints: nodes added, removed or moved, waits and records added or
-removed, counts and makespan before → after), then a unified diff of the whole text (hunks
+what ``msched diff`` prints: counts and makespan before → after first, then nodes added,
+removed or moved, waits and records added or removed), then a unified diff of the whole text (hunks
 with two lines of context): syrupy's default diff stops 100 lines after the first
 difference, and the header, which changes with almost any schedule change, is the first line.
 
@@ -59,7 +61,10 @@ class ScheduledGraphExtension(SingleFileSnapshotExtension):
 
     Serializes a `msched.Schedule` or a ``torch.fx.GraphModule`` with ``render_text``; a
     ``str`` is stored as given (so a text rendered elsewhere can be compared too).  Anything
-    else raises ``TypeError``.
+    else raises ``TypeError``.  A module is read back (`msched.read_schedule`) in the running
+    test's dialect (its ``msched_dialect`` fixture; none configured: detected) with the
+    stream count the test asked for (``# streams 4`` in ``test[streams4]``); a Schedule
+    carries both (`msched.read_schedule`'s ``num_streams``).
     """
 
     file_extension = "msched.txt"
@@ -70,11 +75,17 @@ class ScheduledGraphExtension(SingleFileSnapshotExtension):
         # xdist controller loads this module to read its workers' reports, and runs no test.
         from torch.fx import GraphModule
 
-        from msched import Schedule
+        from msched import Schedule, read_schedule
         from msched.pictures.text import render_text
+        from pytest_msched._session import reading_context
 
-        if isinstance(data, (Schedule, GraphModule)):
+        if isinstance(data, Schedule):
             return render_text(data)
+        if isinstance(data, GraphModule):
+            context = reading_context()
+            dialect = context.dialect() if context is not None else None
+            requested = context.requested_streams() if context is not None else None
+            return render_text(read_schedule(data, dialect=dialect, num_streams=requested))
         if isinstance(data, str):
             return data
         raise TypeError(

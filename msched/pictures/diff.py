@@ -39,8 +39,10 @@ that both schedules run on that stream, so a node inserted before a record (whic
 to ``@new_node``) leaves the record and its waits matched.  Waits are matched by stream,
 record, and the next node both schedules run on that stream after the wait.
 
-`snapshot_summary` is what a failing snapshot comparison shows first: `schedule_diff` of the
-stored and the received text, cut to a few lines; empty when either text cannot be read.
+`snapshot_summary` is what a failing snapshot comparison shows first: the counts line of
+`schedule_diff` of the stored and the received text, then its changes cut to a few lines;
+empty when either text cannot be read.  A weight load (``get_attr``) printed on another lane
+is no moved node: it runs no kernel.
 """
 
 from __future__ import annotations
@@ -603,7 +605,12 @@ class _Diff:
         self.a, self.b = _Side(a, common), _Side(b, common)
         self.added = [n for n in cb if n not in ca]
         self.removed = [n for n in ca if n not in cb]
-        self.moved = [n for n in cb if n in ca and ca[n].stream != cb[n].stream]
+        # A weight load (get_attr) runs no kernel: the lane it is printed on says nothing.
+        self.moved = [
+            n
+            for n in cb
+            if n in ca and ca[n].stream != cb[n].stream and cb[n].node.op != "get_attr"
+        ]
         ra, rb = self.a.records(), self.b.records()
         place_b = {key: node for node, key in rb.items()}
         pair: dict[Node, object] = {}  # record of either side -> the place both share
@@ -884,9 +891,10 @@ def schedule_diff(a: ParsedSchedule, b: ParsedSchedule) -> list[str]:
 
 
 def snapshot_summary(old: str, new: str, limit: int = 8) -> list[str]:
-    """The lines a failing snapshot comparison shows first: `schedule_diff` of the stored
-    text ``old`` and the received text ``new``, at most ``limit`` lines of changes (then
-    ``... and N more changes (msched diff shows all)``), and the counts line.
+    """The lines a failing snapshot comparison shows first: the counts line of
+    `schedule_diff` of the stored text ``old`` and the received text ``new`` (what a reviewer
+    reads first, before pytest cuts a long message), then at most ``limit`` lines of changes
+    (then ``... and N more changes (msched diff shows all)``).
 
     Empty when they are the same schedule or either text cannot be read; never raises.
     """
@@ -903,4 +911,4 @@ def snapshot_summary(old: str, new: str, limit: int = 8) -> list[str]:
         rest = len(changes) - limit
         more = f"... and {rest} more change{'s' if rest != 1 else ''} (msched diff shows all)"
         changes = [*changes[:limit], more]
-    return [*changes, counts]
+    return [counts, *changes]

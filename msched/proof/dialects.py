@@ -28,6 +28,7 @@ from msched.errors import InvalidArgumentError, InvalidGraphError, MschedError
 from msched.limits import MAX_STREAMS
 from msched.proof import actions
 from msched.proof.actions import Action, Reader
+from msched.proof.lookalikes import UnreadStreamOps
 
 FOUR_OPS = ("set_stream", "record_event", "wait_event", "record_stream")
 KINDS = FOUR_OPS  # the four-op shape's ops, by name (kept for older imports)
@@ -491,6 +492,7 @@ class _Classifier:
         self.table = dialect._table()
         self.label = dialect.label
         self.annotated = False  # a compute node with meta["custom"]["stream"] was seen
+        self.unread = UnreadStreamOps()  # ops the dialect leaves compute that look like stream ops
         # id(target) -> (target, reader): hashing an OpOverload runs Python code, id() does not.
         self._by_id: dict[int, tuple[Any, Reader | None]] = {}
 
@@ -514,6 +516,7 @@ class _Classifier:
             return self.table[name]
         foreign = _foreign_namespace(target)
         if foreign is None:
+            self.unread.note(target)
             return None
         if self.detecting:
             self.foreign = foreign[0]
@@ -543,20 +546,26 @@ def interpret(gm: GraphModule | Graph, dialect: Dialect | str | None = None) -> 
     that returns None for a node leaves it compute.  Raises
     `InvalidGraphError` for graphs that cannot be read: no output or several, a stream or
     event id that is not a non-negative int literal, a stream id of `msched.MAX_STREAMS` or
-    more, stream ops of two four-op dialects.
+    more, stream ops of two four-op dialects; its subclass `msched.UnreadStreamOpsError` for
+    ops that look like stream ops but that the dialect does not read
+    (`msched.proof.lookalikes`: read as compute they would order nothing).
     """
     graph = graph_of(gm)
     if dialect is None:
         classify = _Classifier(Dialect(), detecting=True)
         program = _interpret(graph, classify, None, 0)
         if classify.foreign is None and not classify.annotated and not _traced(graph):
+            classify.unread.check(graph, "msched (detected)")
             return program
         dialect = detect_dialect(graph)
     chosen = as_dialect(dialect)
     caller = chosen.caller_stream
     if callable(caller):  # a dialect that reads its caller's stream from the graph
         caller = caller(graph)
-    return _interpret(graph, _Classifier(chosen), chosen.node_stream, caller)
+    classify = _Classifier(chosen)
+    program = _interpret(graph, classify, chosen.node_stream, caller)
+    classify.unread.check(graph, chosen.label)
+    return program
 
 
 class _Keys:

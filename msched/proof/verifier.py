@@ -34,6 +34,7 @@ Cost: O(nodes + edges) dictionary work plus O(streams) per wait.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import cast
@@ -196,13 +197,29 @@ def verify(
     else:
         root = _check_against_original(before, graph, program, clocks, found)
     _check_record_streams(program, clocks, root, found)
-    return Report(tuple(found.items), clocks.num_streams, len(clocks.order), _legend(program))
+    legend = _legend(program, found.items)
+    return Report(tuple(found.items), clocks.num_streams, len(clocks.order), legend)
 
 
-def _legend(program: StreamProgram) -> tuple[str, ...]:
-    streams = [f"stream {s} = {describe_key(k, 'stream')}" for s, k in program.stream_keys.items()]
-    events = [f"event {e} = {describe_key(k, 'event')}" for e, k in program.event_keys.items()]
-    return tuple(streams + events)
+def _legend(program: StreamProgram, violations: list[Violation]) -> tuple[str, ...]:
+    """What the stream and event numbers that ``violations`` name stand for (only those)."""
+    said = " ".join(v.message for v in violations)
+    named = {int(n) for n in re.findall(r"\bstreams? (\d+)", said)}
+    named |= {s for v in violations for s in v.streams}
+    events = {int(n) for n in re.findall(r"\bevents? (\d+)", said)}
+    streams = [
+        f"stream {s} = {describe_key(k, 'stream')}"
+        for s, k in program.stream_keys.items()
+        if s in named
+    ]
+    return tuple(
+        streams
+        + [
+            f"event {e} = {describe_key(k, 'event')}"
+            for e, k in program.event_keys.items()
+            if e in events
+        ]
+    )
 
 
 def _checked_arguments(

@@ -14,6 +14,7 @@ from torch.fx import GraphModule
 from msched.analysis.cost import CostModel, DefaultCostModel, check_cost_model, lower_bound
 from msched.analysis.dag import build_dag
 from msched.errors import InvalidArgumentError
+from msched.limits import check_num_streams
 from msched.proof.dialects import Dialect, as_dialect, detect_dialect, interpret
 from msched.proof.timeline import simulate
 from msched.scheduling.assign import serial_assignment
@@ -25,6 +26,7 @@ def read_schedule(
     original: GraphModule | None = None,
     dialect: Dialect | str | None = None,
     cost_model: CostModel | None = None,
+    num_streams: int | None = None,
 ) -> Schedule:
     """The `Schedule` of ``gm``, a graph some pass scheduled, read from its stream ops.
 
@@ -33,6 +35,9 @@ def read_schedule(
     waits; ``makespan`` is the `msched.simulate` makespan under ``cost_model`` (the table
     model by default).  With ``original`` the lower bound is the original graph's
     ``max(critical path, total cost / streams)`` and ``Schedule.original`` is ``original``.
+    ``num_streams`` is the stream count the pass was given: the Schedule's ``num_streams``
+    (what its pictures and snapshot header say, and the lower bound divides by) is that
+    count, or the streams the graph uses when it uses more; None: the streams it uses.
     """
     for name, value in (("gm", gm), ("original", original)):
         if value is not None and not isinstance(value, GraphModule):
@@ -45,13 +50,16 @@ def read_schedule(
     program = interpret(gm, chosen)
     timeline = simulate(gm, model, chosen)
     events = {s.event for s in program.steps if s.kind == "record_event"}
-    bound = timeline.lower_bound
+    if num_streams is not None:
+        check_num_streams(num_streams)
+    streams = max(num_streams or 0, program.num_streams)
+    bound = lower_bound(timeline.critical_path, timeline.total_cost, streams)
     if original is not None:
         serial = serial_assignment(build_dag(original), model)
-        bound = lower_bound(serial.critical_path, serial.total_cost, program.num_streams)
+        bound = lower_bound(serial.critical_path, serial.total_cost, streams)
     return Schedule(
         gm,
-        program.num_streams,
+        streams,
         dict(program.stream_of),
         len(events),
         program.num_waits,

@@ -134,9 +134,11 @@ def run_scheduler(
     rewrote ``gm`` in place); a callable that returns a `msched.Schedule` (a
     ``functools.partial`` of `msched.schedule`, say) is taken at its word.  A copy of ``gm``
     made before the call is the original, and the schedule is
-    ``msched.read_schedule(result, original=..., dialect=..., cost_model=...)`` (``dialect``
-    None: detected from the result's ops).  The failure is for a scheduler that raises (with
-    its traceback), returns anything else, or returns a graph that cannot be read.
+    ``msched.read_schedule(result, original=..., dialect=..., cost_model=...,
+    num_streams=num_streams)`` (``dialect`` None: detected from the result's ops; the
+    Schedule's ``num_streams`` is the count requested, even when the pass used fewer).
+    The failure is for a scheduler that raises (with its traceback), returns anything
+    else, or returns a graph that cannot be read.
     """
     name = scheduler_name(scheduler)
     original = copy_module(gm)
@@ -160,7 +162,9 @@ def run_scheduler(
         if isinstance(result, Schedule):
             return ScheduleCheck(result, None, resolve_dialect(result.gm, dialect))
         read = resolve_dialect(result, dialect)
-        sched = msched.read_schedule(result, original=original, dialect=read, cost_model=cost_model)
+        sched = msched.read_schedule(
+            result, original=original, dialect=read, cost_model=cost_model, num_streams=num_streams
+        )
     except MschedError as error:
         return SchedulerFailure(
             f"the graph the scheduler {name} returned cannot be read as a schedule: {error}"

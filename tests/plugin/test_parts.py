@@ -59,6 +59,20 @@ def test_stats_travel_between_processes_as_plain_data() -> None:
     assert SessionStats().summary_lines() == []
 
 
+def test_the_summary_names_the_tests_whose_scheduler_used_fewer_streams() -> None:
+    worker = SessionStats()
+    for k in range(12):  # asked for 4 streams, used 2: counted as streams4
+        worker.add(GraphRecord(4, 1, 1, 0, used=2, test=f"t.py::test_{k:02}[streams4]"))
+    worker.add(GraphRecord(3, 1, 1, 0, used=3, test="t.py::test_full[streams3]"))
+    controller = SessionStats()
+    controller.merge_wire(worker.to_wire())
+    lines = controller.summary_lines()
+    assert lines[0] == "graphs scheduled: 13 (streams3: 1, streams4: 12)"
+    shown = ", ".join(f"t.py::test_{k:02}[streams4] (2 of 4)" for k in range(10))
+    assert lines[-1] == (f"fewer streams used than requested: 12 graphs: {shown}, and 2 more")
+    assert "test_full" not in lines[-1]
+
+
 def test_snapshot_text_of_schedule_and_module_is_the_canonical_rendering(
     scheduled: tuple[msched.Schedule, list[str]],
 ) -> None:
@@ -183,8 +197,9 @@ def test_a_snapshot_mismatch_starts_with_the_schedule_summary() -> None:
         for line in ScheduledGraphExtension().diff_lines(new, old)
     ]
     assert plain[0] == "schedule changes (msched diff):"
-    assert plain[1].startswith("  + capture_0 on s")
-    assert "events" in plain[plain.index("text changes:") - 1]
+    # Counts first (pytest cuts long messages from the end), then what changed.
+    assert plain[1].startswith("  nodes 216 → 217, events ")
+    assert plain[2].startswith("  + capture_0 on s")
     assert any(line.startswith("+ ") and "capture_0" in line for line in plain)
     # The same text: no summary, nothing to show.
     assert list(ScheduledGraphExtension().diff_lines(old, old)) == []

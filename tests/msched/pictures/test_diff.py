@@ -191,8 +191,9 @@ def test_a_snapshot_summary_is_short_and_never_raises(sched: msched.Schedule) ->
     three = pictures.render_text(sched)
     summary = snapshot_summary(one, three, limit=3)
     assert len(summary) == 5
-    assert summary[3].startswith("... and ") and summary[3].endswith("(msched diff shows all)")
-    assert summary[4].startswith("streams 1 → 3, events 0 → ")
+    # The counts come first: pytest cuts a long assertion message from its end.
+    assert summary[0].startswith("streams 1 → 3, events 0 → ")
+    assert summary[4].startswith("... and ") and summary[4].endswith("(msched diff shows all)")
     assert snapshot_summary("not a schedule", three) == []
     assert snapshot_summary(three, three.replace("wait @", "wait @nothing_")) == []
 
@@ -238,3 +239,17 @@ def test_the_counts_line_names_nodes_with_other_arguments_and_json_says_it_canno
     from_json = schedule_diff(parse_schedule(pictures.render_json(a)), parsed(b))
     assert from_json[-1].endswith("; arguments not compared (a JSON schedule does not record them)")
     assert "other arguments" not in from_json[-1]
+
+
+def test_a_weight_load_on_another_lane_is_no_moved_node() -> None:
+    from tests.plugin import myeng
+
+    gm = myeng.model()
+    myeng.schedule(gm, 3)
+    text = pictures.render_text(msched.read_schedule(gm, dialect=myeng.DIALECT))
+    lines = text.splitlines()
+    lines.remove("s0 | w1 = self.w1")  # the get_attr of a weight, printed on s1 instead
+    at = lines.index("s1 |   stash_default = myeng.stash.default(dest, mm, 0, 4)")
+    lines.insert(at + 1, "s1 |   w1 = self.w1")
+    summary = snapshot_summary(text, "\n".join(lines) + "\n")
+    assert summary and not any("w1" in line for line in summary), summary
