@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import msched
 from pytest_msched._options import DEFAULT_STREAMS, Settings
 from pytest_msched._session import MschedSession
 
@@ -153,7 +154,8 @@ def test_an_exception_in_a_hook_of_ours_fails_the_run(
 def test_a_worker_that_had_an_internal_error_fails_the_run(pytestconfig: pytest.Config) -> None:
     """Whatever pytest-xdist makes of a worker's internal error, the controller does not end
     the run with exit status 0 and says why in the summary."""
-    session = MschedSession(pytestconfig, Settings(DEFAULT_STREAMS, "strict", None, print))
+    settings = Settings(DEFAULT_STREAMS, "strict", None, msched.schedule)
+    session = MschedSession(pytestconfig, settings)
     worker = SimpleNamespace(workeroutput={"exitstatus": 3}, gateway=SimpleNamespace(id="gw1"))
     healthy = SimpleNamespace(workeroutput={"exitstatus": 0}, gateway=SimpleNamespace(id="gw0"))
     pytest_session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
