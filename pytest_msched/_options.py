@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -241,6 +242,38 @@ def parse_dialect(text: str) -> Dialect:
         raise ValueError(str(error)) from None
 
 
+def check_dump_dir(path: Path) -> Path:
+    """``path`` if a dump can be written there; `ValueError` saying why not otherwise.
+
+    The directory need not exist (it is made on the first dump), but the nearest part of the
+    path that exists must be a directory this process may write to: a regular file or a
+    read-only directory would otherwise turn the first failing test into an internal error.
+    """
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{path} is a file, not a directory")
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise ValueError(f"cannot make the directory {path}: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        if existing == path:
+            raise ValueError(f"the directory {path} is not writable")
+        raise ValueError(f"cannot make the directory {path}: {existing} is not writable")
+    return path
+
+
+def _dump_dir(config: pytest.Config) -> Path | None:
+    """``--msched-dump`` (relative to the current directory), else the ini's ``msched_dump``
+    (relative to the rootdir, as pytest's ``cache_dir``), checked; ``None``: no dumps."""
+    text = config.getoption("msched_dump")
+    if text is None:
+        return _ini(
+            config, "msched_dump", lambda t: check_dump_dir((config.rootpath / t).resolve())
+        )
+    return _resolved(
+        config, "msched_dump", lambda t: check_dump_dir(Path(t).resolve()) if t else None
+    )
+
+
 def _resolved(config: pytest.Config, name: str, parse: Callable[[str], T]) -> T | None:
     """``--<name>`` if given, else the ini option ``name``, parsed; ``None`` when neither is
     set.  A value ``parse`` rejects is a `pytest.UsageError` naming the option and value."""
@@ -274,6 +307,8 @@ def options_given(config: pytest.Config) -> bool:
 def resolve_settings(config: pytest.Config) -> Settings:
     """Compute the `Settings`: the command line, else the ini, else the default.
 
+    Every value is checked here, in ``pytest_configure`` (on a pytest-xdist controller before
+    its workers start): a bad one is a `pytest.UsageError` naming the option and the value.
     The scheduler is resolved (its module imported) before the dialect.
     """
     import msched
@@ -282,15 +317,13 @@ def resolve_settings(config: pytest.Config) -> Settings:
     if streams is None:
         streams = _ini(config, "msched_streams", parse_streams_text)
     verify = config.getoption("msched_verify") or _ini(config, "msched_verify", parse_verify_mode)
-    dump = config.getoption("msched_dump")
-    if dump is None:  # the ini's directory is relative to the rootdir, as pytest's cache_dir
-        dump = _ini(config, "msched_dump", lambda text: str(config.rootpath / text))
+    dump_dir = _dump_dir(config)
     scheduler = _resolved(config, "msched_scheduler", parse_scheduler)
     dialect = _resolved(config, "msched_dialect", parse_dialect)
     return Settings(
         streams=streams or DEFAULT_STREAMS,
         verify=verify or "strict",
-        dump_dir=Path(dump).resolve() if dump else None,
+        dump_dir=dump_dir,
         scheduler=scheduler or msched.schedule,
         dialect=dialect,
     )

@@ -33,13 +33,13 @@ from pytest_msched.snapshot import indexed_snapshot_report
 if TYPE_CHECKING:
     from torch.fx import GraphModule
 
-    from msched import Schedule
     from msched.analysis.cost import CostModel
     from msched.compile.traced import TracedDecoder
     from msched.proof.dialects import Dialect
     from msched.testing import checks
 
 WORKER_OUTPUT_KEY = "msched_stats"
+DUMPS_OUTPUT_KEY = "msched_dumps"
 DIALECT_FIXTURE = "msched_dialect"
 
 
@@ -229,7 +229,9 @@ class MschedSession:
             self.settings = settings
         self.stats = SessionStats()
         self.workeroutput = workeroutput
-        self._schedules: dict[str, list[Schedule]] = {}  # per test node id, until teardown
+        self._schedules: dict[str, list[checks.ScheduleCheck]] = {}  # per test id, to teardown
+        self.dumps: list[tuple[str, list[str]]] = []  # (test id, files) of every dump written
+        self.broken_workers: list[str] = []  # xdist workers that ended with an internal error
         self._traced: dict[Any, TracedDecoder] = {}
 
     @cached_property
@@ -280,7 +282,7 @@ class MschedSession:
         if isinstance(check, checks.SchedulerFailure):
             return check
         self.stats.add(GraphRecord.of(check, num_streams, nodeid))
-        self._schedules.setdefault(nodeid, []).append(check.schedule)
+        self._schedules.setdefault(nodeid, []).append(check)
         return check
 
     @contextlib.contextmanager
@@ -308,54 +310,100 @@ class MschedSession:
     def after_report(self, item: pytest.Item, report: pytest.TestReport) -> None:
         """Dump the graphs of a failed call (with a dump directory); forget them at teardown."""
         if report.when == "call" and report.failed and self.settings.dump_dir is not None:
-            self.dump(item.nodeid, self.settings.dump_dir)
+            self._dump_failed(item.nodeid, self.settings.dump_dir, report)
         if report.when == "teardown":
             self._schedules.pop(item.nodeid, None)
 
-    def dump(self, nodeid: str, directory: Path) -> list[Path]:
-        """Write DOT and trace JSON of every graph test ``nodeid`` scheduled; return the files.
+    def _dump_failed(self, nodeid: str, directory: Path, report: pytest.TestReport) -> None:
+        """`dump` the test's graphs and say where in its report (an ``msched dump`` section);
+        a dump that cannot be written is said there too, and the test stays failed."""
+        try:
+            written = self.dump(nodeid, directory)
+        except OSError as error:
+            report.sections.append(("msched dump", f"could not write the dump: {error}"))
+            return
+        if written:
+            self.dumps.append((nodeid, [str(path) for path in written]))
+            lines = "\n".join(f"  {path}" for path in written)
+            report.sections.append(("msched dump", f"wrote to {directory}:\n{lines}"))
 
-        Files are ``<nodeid>.<k>.dot`` and ``<nodeid>.<k>.trace.json`` (``k`` counts the graphs
-        of the test from 0).  A graph that cannot be rendered (a sabotaged one, say) gets
+    def dump(self, nodeid: str, directory: Path) -> list[Path]:
+        """Write DOT, trace JSON and SVG of every graph test ``nodeid`` scheduled; return the
+        files.
+
+        Files are ``<nodeid>.<k>.dot``, ``<nodeid>.<k>.trace.json`` and ``<nodeid>.<k>.svg``
+        (``k`` counts the graphs of the test from 0).  The SVG draws the violations
+        `msched.verify` finds in the graph now in red (`msched.pictures.svg.render_svg`'s
+        ``highlight``).  A graph that cannot be rendered (a sabotaged one, say) gets
         ``<nodeid>.<k>.error.txt`` with the reason instead.  The graph is drawn as it is now
         (after whatever the test did to it), with the times of its `Schedule`.
         """
         written: list[Path] = []
-        directory.mkdir(parents=True, exist_ok=True)
-        for k, sched in enumerate(self._schedules.get(nodeid, ())):
+        checked = self._schedules.get(nodeid, ())
+        if checked:
+            directory.mkdir(parents=True, exist_ok=True)
+        for k, check in enumerate(checked):
             stem = f"{_file_stem(nodeid)}.{k}"
-            for suffix, text in _renderings(sched).items():
+            for suffix, text in _renderings(check).items():
                 path = directory / (stem + suffix)
                 path.write_text(text, encoding="utf-8")
                 written.append(path)
         return written
 
     @contextlib.contextmanager
-    def finishing(self) -> Iterator[None]:
+    def finishing(self, session: pytest.Session) -> Iterator[None]:
         """Around the other plugins' ``pytest_sessionfinish``: syrupy finds unused snapshots
         with `pytest_msched.snapshot.IndexedSnapshotReport` (linear, not quadratic); then, on
-        an xdist worker, `publish`."""
+        an xdist worker, `publish`; on the controller, a worker that ended with an internal
+        error fails the run (`broken_workers`)."""
         with indexed_snapshot_report():
             yield
         self.publish()
+        if self.broken_workers and session.exitstatus in _NOT_FAILED_BY_ERROR:
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
     def publish(self) -> None:
-        """On an xdist worker, hand this worker's records to the controller."""
+        """On an xdist worker, hand this worker's records and dumps to the controller."""
         if self.workeroutput is not None:
             self.workeroutput[WORKER_OUTPUT_KEY] = self.stats.to_wire()
+            self.workeroutput[DUMPS_OUTPUT_KEY] = self.dumps
 
     def collect(self, node: Any) -> None:
-        """On the xdist controller, merge the records of a worker (``node``) that shut down."""
+        """On the xdist controller, merge the records and dumps of a worker (``node``) that
+        shut down, and note it in `broken_workers` when it ended with an internal error: the
+        controller must not finish such a run with exit status 0."""
         output = getattr(node, "workeroutput", None) or {}
         self.stats.merge_wire(output.get(WORKER_OUTPUT_KEY))
+        self.dumps += [(nodeid, list(files)) for nodeid, files in output.get(DUMPS_OUTPUT_KEY, ())]
+        if output.get("exitstatus") == pytest.ExitCode.INTERNAL_ERROR:
+            name = getattr(getattr(node, "gateway", None), "id", None) or str(node)
+            self.broken_workers.append(f"pytest-xdist worker {name} had an internal error")
 
     def write_summary(self, reporter: pytest.TerminalReporter) -> None:
         """Print the msched section of the terminal summary (controller or plain run only)."""
-        lines = [] if self.workeroutput is not None else self.stats.summary_lines()
+        if self.workeroutput is not None:
+            return
+        lines = self.stats.summary_lines() + self._dump_lines() + self._broken_lines()
         if lines:
             reporter.write_sep("-", "msched summary")
             for line in lines:
                 reporter.write_line(line)
+
+    def _dump_lines(self) -> list[str]:
+        """Where the dumps of failing tests were written: each test, then its files."""
+        if not self.dumps:
+            return []
+        lines = [f"dumps of failing tests: {sum(len(paths) for _, paths in self.dumps)} files"]
+        for nodeid, paths in sorted(self.dumps):
+            lines += [f"  {nodeid}:", *(f"    {path}" for path in paths)]
+        return lines
+
+    def _broken_lines(self) -> list[str]:
+        return [f"{worker}: the run fails (exit status 3)" for worker in self.broken_workers]
+
+
+#: Exit statuses a worker's internal error turns into `pytest.ExitCode.INTERNAL_ERROR`.
+_NOT_FAILED_BY_ERROR = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
 
 
 def _is_xdist_controller(config: pytest.Config) -> bool:
@@ -381,12 +429,27 @@ def _file_stem(nodeid: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid).strip("_")
 
 
-def _renderings(sched: Schedule) -> dict[str, str]:
+def _renderings(check: checks.ScheduleCheck) -> dict[str, str]:
     """The dump files of one graph by suffix, or the reason it could not be drawn."""
     from msched.pictures.dot import render_dot
+    from msched.pictures.svg import render_svg
     from msched.pictures.trace import render_trace
 
+    sched = check.schedule
     try:
-        return {".dot": render_dot(sched), ".trace.json": render_trace(sched)}
+        svg = render_svg(sched, highlight=[v.nodes for v in _violations(check)])
+        return {".dot": render_dot(sched), ".trace.json": render_trace(sched), ".svg": svg}
     except Exception as error:  # a dump must never turn a failing test into an error
         return {".error.txt": f"could not render the scheduled graph: {error!r}\n"}
+
+
+def _violations(check: checks.ScheduleCheck) -> tuple[Any, ...]:
+    """The violations `msched.verify` finds in the graph as it is now (the test may have
+    changed it after ``schedule_graph``), else those found when it was scheduled."""
+    import msched
+
+    sched = check.schedule
+    try:
+        return msched.verify(sched.gm, original=sched.original, dialect=check.dialect).violations
+    except Exception:  # no original, or a graph that cannot be read: what was found then
+        return () if check.report is None else check.report.violations

@@ -53,7 +53,7 @@ def pytest_runtest_makereport(
 
 @pytest.hookimpl(wrapper=True, trylast=True)  # inside xdist's, which sends what we publish
 def pytest_sessionfinish(session: pytest.Session) -> Generator[None, None, None]:
-    with MschedSession.of(session.config).finishing():
+    with MschedSession.of(session.config).finishing(session):
         return (yield)
 
 

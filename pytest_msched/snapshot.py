@@ -127,6 +127,7 @@ _REPORT_METHODS = (
     "_ran_items_match_location",
     "_ran_items_match_name",
     "_skipped_items_match_name",
+    "_directory_selection_allows_cleanup",
 )
 _KEPT_STATUSES = ("failed", "skipped", False)  # syrupy's ItemStatus values, False: not run
 
@@ -197,7 +198,7 @@ class IndexedSnapshotReport(SnapshotReport):
 
     def _invalidate_selection_caches(self) -> None:
         super()._invalidate_selection_caches()
-        for name in ("_msched_ran_owners", "_msched_kept_owners"):
+        for name in ("_msched_ran_owners", "_msched_kept_owners", "_msched_whole_modules"):
             self.__dict__.pop(name, None)
 
     @cached_property
@@ -206,13 +207,42 @@ class IndexedSnapshotReport(SnapshotReport):
 
     @cached_property
     def _msched_kept_owners(self) -> _OwnerIndex:
+        """The tests whose snapshots are kept: selected ones that did not pass (or run) and
+        collected ones that were not selected (``-k``, ``-m``, ``--deselect``)."""
         by_id = self._collected_items_by_nodeid
-        kept = (
-            PyTestLocation(by_id[nodeid])
+        kept = [
+            nodeid
             for nodeid, status in self.selected_items.items()
             if status.value in _KEPT_STATUSES and nodeid in by_id
-        )
-        return _OwnerIndex(kept, ScheduledGraphExtension)
+        ]
+        kept += [nodeid for nodeid in by_id if nodeid not in self.selected_items]
+        return _OwnerIndex((PyTestLocation(by_id[n]) for n in kept), ScheduledGraphExtension)
+
+    @cached_property
+    def _msched_whole_modules(self) -> set[str]:
+        """The test modules (`PyTestLocation.module_path_key`) collected whole: at least one
+        test was collected from the module, and no argument names a test in it (``::``)."""
+        with_items = {
+            PyTestLocation.module_path_key(Path(item.path)) for item in self.collected_items
+        }
+        by_node = {
+            PyTestLocation.module_path_key(Path(path))
+            for path, nodes in self._provided_test_paths.items()
+            if nodes
+        }
+        return with_items - by_node
+
+    def _directory_selection_allows_cleanup(self, snapshot_location: str) -> bool:
+        """With test paths given, whether an unused file no test that ran owns is still
+        checked: syrupy's answer (its test module is gone), or for a file of a
+        `ScheduledGraphExtension`, whether its test module was collected whole."""
+        if super()._directory_selection_allows_cleanup(snapshot_location):
+            return True
+        if not self._indexed(snapshot_location):
+            return False
+        modules = PyTestLocation.owning_test_modules(snapshot_location)
+        keys = {PyTestLocation.module_path_key(module) for module in modules}
+        return bool(keys & self._msched_whole_modules)
 
     def _indexed(self, snapshot_location: str) -> bool:
         """Whether the file is one whose owners the index finds."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from torch.fx import GraphModule, Node
@@ -232,12 +233,39 @@ _SVG_STYLE = (
     ".exitlabel{font-size:11px;fill:#C00000;font-weight:bold}"
     ".link{fill:none;stroke:#333;stroke-opacity:.35;stroke-width:1}"
     ".exitlink{stroke:#C00000;stroke-opacity:.9;stroke-width:1.8}.waitdot{fill:#333;fill-opacity:.6}"
+    ".violation{fill:none;stroke:#E00000;stroke-width:3}"
+    ".violationlink{stroke:#E00000;stroke-width:2;stroke-dasharray:6,3}"
 )
 # Drawn only in pictures that have stream-wide joins or host barriers (msched's own have none).
 _JOIN_STYLE = (
     ".joinlink{stroke-dasharray:4,2}"
     ".barrier{stroke:#6A3D9A;stroke-width:1.5;stroke-dasharray:2,2}.barrierlink{stroke:#6A3D9A}"
 )
+
+
+def _svg_highlight(v: View, f: _Frame, groups: list[tuple[str, ...]]) -> list[str]:
+    """A red outline around each node of each group (the nodes one violation names, in its
+    order) and a dashed red line from the group's first node to each other one."""
+    by_name = {node.name: node for node in v.start}
+    out = []
+    for group in groups:
+        nodes = [by_name[name] for name in group if name in by_name]
+        boxes = []
+        for node in nodes:
+            x, w = f.x(v.start[node]), max((v.finish[node] - v.start[node]) * f.scale, 6.0)
+            y = f.lane_top(v.program.stream_of.get(node, 0)) + (_LANE - _BOX) / 2 - 2
+            boxes.append((x + w / 2, y + _BOX / 2 + 2))
+            out.append(
+                f'<rect x="{x - 2:.1f}" y="{y:.1f}" width="{w + 4:.1f}" height="{_BOX + 4}" '
+                f'rx="3" class="violation"><title>{_xml(", ".join(group))}</title></rect>'
+            )
+        for x2, y2 in boxes[1:]:
+            x1, y1 = boxes[0]
+            out.append(
+                f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" '
+                'class="violationlink"/>'
+            )
+    return out
 
 
 def _svg_legend(f: _Frame, y: float, joins: tuple[StreamJoin, ...]) -> list[str]:
@@ -266,7 +294,10 @@ def _svg_legend(f: _Frame, y: float, joins: tuple[StreamJoin, ...]) -> list[str]
 
 
 def render_svg(
-    obj: Schedule | GraphModule, cost_model: CostModel | None = None, scale: float | None = None
+    obj: Schedule | GraphModule,
+    cost_model: CostModel | None = None,
+    scale: float | None = None,
+    highlight: Iterable[Iterable[str]] = (),
 ) -> str:
     """A self-contained SVG Gantt chart of the timeline: one lane per stream.
 
@@ -280,6 +311,11 @@ def render_svg(
     across every lane, with a curve from each point it waits for.  A time axis is on top and
     a legend below.  Every lane is a ``rect`` with ``class="lane"`` and ``data-stream``.
     Deterministic bytes.
+
+    ``highlight`` is groups of node names, for example the ``nodes`` of each
+    `msched.Violation` of a report: each node of a group gets a red outline
+    (``class="violation"``) and a dashed red line (``class="violationlink"``) joins the
+    group's first node to each other one; names not in the graph are left out.
     """
     v = view_of(obj, cost_model)
     joins = stream_joins(v)
@@ -302,6 +338,7 @@ def render_svg(
         if node.op not in (*INPUT_OPS, "output") and v.finish[node] > v.start[node]:
             body += _svg_box(v, f, node)
     body += _svg_links(v, f) + _svg_joins(v, f, joins)
+    body += _svg_highlight(v, f, [tuple(group) for group in highlight])
     body += _svg_legend(f, f.lane_top(v.num_streams) + 48, joins)
     body.append("</svg>")
     return "\n".join(body) + "\n"

@@ -257,7 +257,7 @@ def test_sabotaged_schedules_fail_naming_capture_and_stream(pytester: pytest.Pyt
     assert dumped == sorted(
         f"test_sabotage.py_{name}_streams2.0{suffix}"
         for name in SABOTAGE_MESSAGES
-        for suffix in (".dot", ".trace.json")
+        for suffix in (".dot", ".svg", ".trace.json")
     )
     assert (pytester.path / "dumps" / dumped[0]).read_text().startswith("digraph")
 
@@ -300,7 +300,7 @@ def test_verify_and_dump_ini_options_yield_to_the_command_line(
     if dump_dir:
         files = sorted(p.name for p in (pytester.path / dump_dir).iterdir())
         stem = "test_sabotage.py_test_schedule_graph_verifies_streams2.0"
-        assert files == [f"{stem}.dot", f"{stem}.trace.json"]
+        assert files == [f"{stem}.dot", f"{stem}.svg", f"{stem}.trace.json"]
 
 
 def test_ini_dump_directory_is_relative_to_the_rootdir(pytester: pytest.Pytester) -> None:

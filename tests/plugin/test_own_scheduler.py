@@ -283,7 +283,8 @@ def test_a_foreign_schedule_with_a_violation_fails_and_is_dumped(
     result.stdout.fnmatch_lines(["graphs scheduled: 1 (streams2: 1)", "violations: 1"])
     stem = "test_schedule.py_test_schedule_streams2.0"
     dumps = pytester.path / "dumps"
-    assert sorted(p.name for p in dumps.iterdir()) == [f"{stem}.dot", f"{stem}.trace.json"]
+    files = sorted(p.name for p in dumps.iterdir())
+    assert files == [f"{stem}.dot", f"{stem}.svg", f"{stem}.trace.json"]
     dot = (dumps / f"{stem}.dot").read_text()
     assert dot.startswith("digraph") and "capture_1" in dot
 

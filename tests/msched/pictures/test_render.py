@@ -251,6 +251,29 @@ def test_svg_parses_with_one_lane_per_stream_and_a_box_per_costly_node(
     assert "stream 0 (caller)" in texts
 
 
+def test_svg_highlight_outlines_each_group_and_links_its_first_node_to_the_others(
+    sched: msched.Schedule,
+) -> None:
+    plain = ET.fromstring(pictures.render_svg(sched))
+    assert not [r for r in plain.iter(f"{_SVG}rect") if r.get("class") == "violation"]
+    groups = [("capture_0", "output"), ("capture_2",), ("no_such_node",)]
+    root = ET.fromstring(pictures.render_svg(sched, highlight=groups))
+    outlined = [r for r in root.iter(f"{_SVG}rect") if r.get("class") == "violation"]
+    titles = [r.find(f"{_SVG}title").text for r in outlined]  # type: ignore[union-attr]
+    assert titles == ["capture_0, output", "capture_0, output", "capture_2"]
+    links = [e for e in root.iter(f"{_SVG}line") if e.get("class") == "violationlink"]
+    assert len(links) == 1  # capture_0 -> output; a group of one or of unknown names has none
+
+    def centre(rect: ET.Element) -> tuple[float, float]:
+        x, y = float(rect.get("x", "nan")), float(rect.get("y", "nan"))
+        return x + float(rect.get("width", "nan")) / 2, y + float(rect.get("height", "nan")) / 2
+
+    ends = [
+        (float(links[0].get(f"x{k}", "nan")), float(links[0].get(f"y{k}", "nan"))) for k in "12"
+    ]
+    assert ends == [pytest.approx(centre(r), abs=0.11) for r in outlined[:2]]
+
+
 def test_each_capture_is_joined_on_stream_0_before_output(sched: msched.Schedule) -> None:
     v = view_of(sched)
     out_at = host_index(v, v.program.output)
