@@ -348,7 +348,7 @@ def _search(
         tried.append(name)
         runner = _Runner(gm, clocks, inputs, host_values)
         run = state.trial(_run, runner, sequence, clocks.output, inputs, name)
-        if run.failure is not None or not _same(want, (run.output, run.inputs_at_output)):
+        if run.failure is not None or not same_values(want, (run.output, run.inputs_at_output)):
             chosen = (name, sequence)
             break
     name, sequence = chosen or ("late-aux", run_order(clocks, "late-aux"))
@@ -367,9 +367,9 @@ def _reference(
     return run.output, run.inputs_at_output
 
 
-def _same(a: Any, b: Any) -> bool:
-    """Whether two results hold the same values: tensors of one shape and dtype equal
-    element by element (NaN equals NaN), anything else by ``==``."""
+def same_values(a: Any, b: Any) -> bool:
+    """Whether two results hold the same values (nested alike): tensors of one shape and
+    dtype equal element by element (NaN equals NaN), anything else by ``==``."""
     left, left_spec = tree_flatten(a)
     right, right_spec = tree_flatten(b)
     if left_spec != right_spec:
