@@ -1,8 +1,9 @@
-"""The ``msched`` command: ``demo``, ``schedule``, ``explain`` and ``diff``.
+"""The ``msched`` command: ``demo``, ``schedule``, ``svg``, ``explain`` and ``diff``.
 
-``demo``, ``schedule`` and ``explain`` build a synthetic decoder stack
-(`msched.testing.decoders.decoder_stack`), schedule it with `msched.schedule` and read the
-result with `msched.pictures` (the renderers, and `msched.pictures.explain` for ``explain``).
+``demo``, ``schedule``, ``svg`` and ``explain`` build a synthetic decoder stack
+(`msched.testing.decoders.decoder_stack`), or load the user's own graph (``--graph``:
+`load_graph`), schedule it with `msched.schedule` and read the result with
+`msched.pictures` (the renderers, and `msched.pictures.explain` for ``explain``).
 ``diff`` compares two schedules, each a file (canonical text or JSON) or such a stack
 (`msched.pictures.diff`), and exits 0 when they are the same, 1 when they differ.  Wrong
 arguments, any `msched.MschedError` and a file that cannot be read or written print one line
@@ -14,15 +15,17 @@ the graph is big, so piped output stays clean.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import Any, NoReturn, TextIO
 
-from torch.fx import Node
+import torch
+from torch.fx import GraphModule, Node
 
 import msched
 from msched.analysis.cost import CostModel, DefaultCostModel, RooflineCostModel, op_category
@@ -103,11 +106,17 @@ def _layer_list(text: str) -> tuple[int, ...]:
 
 
 def _add_stack_args(p: argparse.ArgumentParser, streams_default: int | None = None) -> None:
-    p.add_argument("--layers", type=_layer_count, default=12, help="decoder layers (default 12)")
+    p.add_argument(
+        "--graph",
+        metavar="SPEC",
+        help="your own graph instead of a decoder stack: module:function (returning a "
+        "GraphModule, or (module, example inputs)) or a file saved with torch.save (.pt) or "
+        "torch.export.save (.pt2)",
+    )
+    p.add_argument("--layers", type=_layer_count, help="decoder layers (default 12)")
     p.add_argument(
         "--captures",
         type=_layer_list,
-        default=(1, 5, 11),
         metavar="A,B,C",
         help="0-based layers whose hidden state is captured (default 1,5,11)",
     )
@@ -152,6 +161,18 @@ def build_parser() -> _Parser:
     sched.add_argument(
         "-o", "--output", type=Path, metavar="FILE", help="write here, not to stdout"
     )
+    svg = sub.add_parser(
+        "svg",
+        help="draw a schedule as an SVG Gantt chart",
+        description="Schedule a decoder stack or your own graph (--graph) and draw it as an "
+        "SVG Gantt chart; with --as-is, draw a graph that is already scheduled (read in "
+        "the dialect its stream ops are detected in).",
+    )
+    _add_stack_args(svg)
+    svg.add_argument(
+        "--as-is", action="store_true", help="draw --graph as it is, without scheduling it"
+    )
+    svg.add_argument("-o", "--output", type=Path, metavar="FILE", help="write here, not stdout")
     explain = sub.add_parser(
         "explain",
         help="why a node is on its stream and why each wait before it exists",
@@ -271,7 +292,7 @@ class Progress:
 class Scheduled:
     """One scheduled stack: the stack, its schedule and the cost model used."""
 
-    stack: DecoderStack
+    stack: DecoderStack | None  # None for a graph of the user's (--graph)
     schedule: Schedule
     cost_model: CostModel
 
@@ -370,6 +391,7 @@ def _table_lines(rows: list[_DemoRow]) -> list[str]:
 
 def _layer_members(run: Scheduled, layer: int) -> set[str]:
     """Names of the ops of decoder layer ``layer`` (its weights left out), capture included."""
+    assert run.stack is not None
     layer_of = run.stack.layer_of
     nodes = run.schedule.gm.graph.nodes
     return {n.name for n in nodes if n.op == "call_function" and layer_of.get(n.name) == layer}
@@ -435,6 +457,7 @@ def _capture_lines(rows: list[_DemoRow]) -> list[str]:
     for row in rows:
         v = view_of(row.run.schedule)
         out_at = host_index(v, v.program.output)
+        assert row.run.stack is not None
         for cap in row.run.stack.captures:
             at, s = host_index(v, cap), v.program.stream_of[cap]
             wait = joining_wait(v, cap, 0)
@@ -512,32 +535,154 @@ def cmd_demo(args: argparse.Namespace, stdout: TextIO) -> int:
 
 
 def _run_for(args: argparse.Namespace) -> Scheduled:
-    _check_captures(args.layers, args.captures)
-    progress = Progress.for_layers(args.layers, args.moe)
+    if args.graph is not None:
+        _refuse_stack_options(args)
+        gm = load_graph(args.graph)
+        model: CostModel = RooflineCostModel() if args.cost == "roofline" else DefaultCostModel()
+        return Scheduled(None, msched.schedule(gm, args.streams, model), model)
+    layers = 12 if args.layers is None else args.layers
+    captures = (1, 5, 11) if args.captures is None else args.captures
+    _check_captures(layers, captures)
+    progress = Progress.for_layers(layers, args.moe)
     try:
-        return build_and_schedule(
-            args.layers, args.captures, args.moe, args.streams, args.cost, progress
-        )
+        return build_and_schedule(layers, captures, args.moe, args.streams, args.cost, progress)
     finally:
         progress.done()
 
 
-def cmd_schedule(args: argparse.Namespace, stdout: TextIO) -> int:
-    run = _run_for(args)
-    text = _RENDERERS[args.format](run.schedule, run.cost_model)
+def _refuse_stack_options(args: argparse.Namespace) -> None:
+    given = [f"--{k}" for k in ("layers", "captures") if getattr(args, k) is not None]
+    given += ["--moe"] if args.moe else []
+    if given:
+        raise UsageError(f"--graph schedules your graph: {', '.join(given)} describe a stack")
+
+
+def _write_output(args: argparse.Namespace, text: str, stdout: TextIO) -> None:
     if args.output is None:
         stdout.write(text)
     else:
         _write_text(args.output, text)
+
+
+def cmd_schedule(args: argparse.Namespace, stdout: TextIO) -> int:
+    run = _run_for(args)
+    _write_output(args, _RENDERERS[args.format](run.schedule, run.cost_model), stdout)
+    return 0
+
+
+def cmd_svg(args: argparse.Namespace, stdout: TextIO) -> int:
+    if args.as_is:
+        if args.graph is None:
+            raise UsageError("--as-is draws your graph as it is: give it with --graph")
+        _refuse_stack_options(args)
+        if Path(args.graph).is_file() and Path(args.graph).suffix != ".pt2":
+            raise UsageError(
+                f"--as-is cannot draw {args.graph}: a GraphModule saved with torch.save is "
+                "traced again from its code when loaded, and that drops every stream op (their "
+                "arguments are constants); save a scheduled graph with torch.export.save (.pt2)"
+            )
+        model = RooflineCostModel() if args.cost == "roofline" else DefaultCostModel()
+        _write_output(args, render_svg(load_graph(args.graph), model), stdout)
+        return 0
+    run = _run_for(args)
+    _write_output(args, render_svg(run.schedule, run.cost_model), stdout)
     return 0
 
 
 def cmd_explain(args: argparse.Namespace, stdout: TextIO) -> int:
     run = _run_for(args)
-    hint = ", ".join(c.name for c in run.stack.captures) or "none"
-    node = node_named(run.schedule.gm, args.node, f"the scheduled graph (captures: {hint})")
+    where = "the scheduled graph"
+    if run.stack is not None:
+        where += f" (captures: {', '.join(c.name for c in run.stack.captures) or 'none'})"
+    node = node_named(run.schedule.gm, args.node, where)
     stdout.write("\n".join(explain_lines(run.schedule, node, run.cost_model)) + "\n")
     return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Your own graph (--graph)
+
+GRAPH_SPEC_HELP = (
+    "give --graph as module:function (a function of no arguments returning a "
+    "torch.fx.GraphModule, or a tuple (module or function, example inputs) that is captured "
+    "with Dynamo) or as a file: a GraphModule saved with torch.save (.pt) or an "
+    "ExportedProgram saved with torch.export.save (.pt2)"
+)
+
+
+def load_graph(spec: str) -> GraphModule:
+    """The graph ``--graph SPEC`` names (see `GRAPH_SPEC_HELP`); a bad spec is a `UsageError`
+    that says what went wrong and what is accepted."""
+    path = Path(spec)
+    if path.is_file():
+        return _graph_from_file(path)
+    module_name, colon, attribute = spec.partition(":")
+    if not colon or not module_name or not attribute:
+        raise UsageError(
+            f"--graph {spec}: no such file, and not module:function; {GRAPH_SPEC_HELP}"
+        )
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))  # as ``python -m`` does: your own modules import
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:
+        raise UsageError(
+            f"--graph {spec}: cannot import {module_name}: "
+            f"{type(error).__name__}: {_one_line(error)}"
+        ) from None
+    function = getattr(module, attribute, None)
+    if not callable(function):
+        raise UsageError(f"--graph {spec}: {module_name} has no function {attribute}")
+    try:
+        value = function()
+    except Exception as error:
+        raise UsageError(f"--graph {spec}: calling it raised {type(error).__name__}: "
+                         f"{_one_line(error)}") from None  # fmt: skip
+    return _graph_from_value(value, f"--graph {spec}")
+
+
+def _graph_from_value(value: Any, where: str) -> GraphModule:
+    """A GraphModule as it is, or ``(fn, example_inputs)`` captured with Dynamo."""
+    if isinstance(value, GraphModule):
+        return value
+    if isinstance(value, tuple) and len(value) == 2 and callable(value[0]):
+        fn, inputs = value
+        inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+        from msched.compile.tracing import trace_streams
+
+        return trace_streams(fn, *inputs)
+    raise UsageError(
+        f"{where} returned {type(value).__name__}; return a torch.fx.GraphModule or a tuple "
+        "(module or function, example inputs)"
+    )
+
+
+def _exported_module(program: Any) -> GraphModule:
+    """The runnable module of an ExportedProgram, without the guard call torch adds (an
+    opaque submodule that would be read as unknown code touching every input)."""
+    try:
+        module = program.module(check_guards=False)
+    except TypeError:  # a torch whose module() takes no such option
+        module = program.module()
+    assert isinstance(module, GraphModule)
+    return module
+
+
+def _graph_from_file(path: Path) -> GraphModule:
+    """A GraphModule from ``torch.export.save`` (``.pt2``) or ``torch.save`` (a pickle)."""
+    try:
+        if path.suffix == ".pt2":
+            return _exported_module(torch.export.load(path))
+        value = torch.load(path, weights_only=False)
+    except Exception as error:
+        raise UsageError(f"--graph {path}: cannot load it: {_one_line(error)}; "
+                         f"{GRAPH_SPEC_HELP}") from None  # fmt: skip
+    if not isinstance(value, GraphModule):
+        raise UsageError(
+            f"--graph {path} holds a {type(value).__name__}, not a torch.fx.GraphModule; "
+            f"{GRAPH_SPEC_HELP}"
+        )
+    return value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -621,7 +766,7 @@ def cmd_diff(argv: Sequence[str], stdout: TextIO) -> int:
     return 1 if lines else 0
 
 
-_COMMANDS = {"demo": cmd_demo, "schedule": cmd_schedule, "explain": cmd_explain}
+_COMMANDS = {"demo": cmd_demo, "schedule": cmd_schedule, "explain": cmd_explain, "svg": cmd_svg}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

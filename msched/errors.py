@@ -47,7 +47,8 @@ class ReinplaceError(MschedError):
 
 class SplitOpNotFoundError(InvalidArgumentError):
     """A ``split_ops`` op never occurs in a graph the backend splits; the message names it
-    and the ops of the graph that look related (what AOT autograd may have decomposed it to)."""
+    and the ops of the graph that look related (what AOT autograd may have decomposed it to),
+    spelled as ``split_ops`` takes them (``"aten::name.overload"``)."""
 
 
 class SplitOpNotFoundWarning(UserWarning):

@@ -17,9 +17,12 @@ Storages of graph inputs:
 - every ``get_attr`` of one attribute is one storage, and so are attributes that are one tensor
   or views of one storage (tied weights) when the owning module holds real tensors;
 - placeholders are distinct storages, unless their ``node.meta["msched_storage"]`` values are
-  equal (any hashable but ``None``): then they are one storage.  The piecewise backend labels
-  the inputs of each piece this way, so a view and its base that cross a split stay one
-  storage; downstream code can do the same for inputs it knows alias each other.
+  equal (any hashable but ``None``), or the tensors in their ``node.meta["val"]`` (else
+  ``meta["example_value"]``) share one storage: then they are one storage.  The piecewise
+  backend labels the inputs of each piece this way, so a view and its base that cross a
+  split stay one storage; downstream code can do the same for inputs it knows alias each
+  other.  Dynamo gives each view of a buffer passed as an input a placeholder of its own,
+  and their fake tensors keep the buffer's one storage, so those are one storage too.
 
 Results are plain dicts keyed by node.
 """
@@ -66,6 +69,8 @@ __all__ = [
 
 _OpOverload = torch._ops.OpOverload
 _OpOverloadPacket = torch._ops.OpOverloadPacket
+# The C method itself: fake tensors' Python override adds only a __torch_function__ check.
+_untyped_storage = torch._C.TensorBase.untyped_storage
 
 #: The ``node.meta`` key that says which placeholders are one storage.
 STORAGE_META = "msched_storage"
@@ -296,9 +301,7 @@ class _InputStorages:
         self.root: dict[Node, Node] = {}
         self.state: dict[str, tuple[Node, ...]] = {}
         root, by_key = self.root, self.by_key
-        for node in _input_nodes(graph, "placeholder"):
-            label = node.meta.get(STORAGE_META)
-            root[node] = node if label is None else by_key.setdefault(("label", label), node)
+        root.update(_placeholder_roots(_input_nodes(graph, "placeholder")))
         attributes = _input_nodes(graph, "get_attr")
         if by_storage:  # ``graph`` may be a list of another graph's nodes: ask each node
             for node in attributes:
@@ -343,6 +346,57 @@ class _InputStorages:
                 self.by_key[key] = Node(node.graph, name, "get_attr", name, (), {})
             roots.append(self.by_key[key])
         return tuple(dict.fromkeys(roots))
+
+
+def _placeholder_roots(placeholders: list[Node]) -> dict[Node, Node]:
+    """The storage of every placeholder: the first placeholder of its group, where a group is
+    joined by an equal ``meta["msched_storage"]`` label or by fake (or real) tensors in
+    ``meta["val"]`` / ``meta["example_value"]`` that share one storage (Dynamo gives a view of
+    a buffer and the buffer placeholders of their own; their fake tensors keep one storage)."""
+    parent: dict[Node, Node] = {}
+    first: dict[Any, Node] = {}
+    position = {node: i for i, node in enumerate(placeholders)}
+
+    def find(node: Node) -> Node:
+        while node in parent:
+            node = parent[node]
+        return node
+
+    for node in placeholders:
+        for key in _placeholder_keys(node):
+            other = first.setdefault(key, node)
+            if other is not node:
+                a, b = sorted((find(node), find(other)), key=position.__getitem__)
+                if a is not b:  # the earlier placeholder stays the root
+                    parent[b] = a
+    if not parent:
+        return {node: node for node in placeholders}
+    return {node: find(node) for node in placeholders}
+
+
+def _placeholder_keys(node: Node) -> list[Any]:
+    """What ties ``node`` to other placeholders: its label and the storage of its value."""
+    keys: list[Any] = []
+    label = node.meta.get(STORAGE_META)
+    if label is not None:
+        keys.append(("label", label))
+    meta = node.meta
+    value = meta["val"] if "val" in meta else meta.get("example_value")
+    if isinstance(value, torch.Tensor):
+        storage = _storage_identity(value)
+        if storage is not None:
+            keys.append(("storage", storage))
+    return keys
+
+
+def _storage_identity(value: torch.Tensor) -> int | None:
+    """An id of ``value``'s storage, equal for every tensor that lives in it (fake tensors of
+    views of one buffer included; the ``meta`` that holds them keeps the storage alive, so the
+    id is not reused while the graph exists), or None for tensors without a storage."""
+    try:
+        return int(_untyped_storage(value)._cdata)
+    except Exception:  # sparse, nested or wrapper subclasses: no storage to compare
+        return None
 
 
 def _input_nodes(graph: Graph, op: str) -> list[Node]:

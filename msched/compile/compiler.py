@@ -16,10 +16,12 @@ For each graph dynamo hands it:
    call is a piece of its own; default: the qualified name ``"msched::attention"``) with
    ``torch.fx.passes.split_module``, keeping program order between pieces.  A split op is
    matched exactly: an ``OpOverload``; any overload of an ``OpOverloadPacket``; a qualified
-   name ``"namespace::name"`` (any overload) or ``"namespace::name.overload"``, compared with
+   name ``"namespace::name"`` (any overload) or ``"namespace::name.overload"`` (or as Python
+   prints it: ``"aten.mm.default"``, ``"torch.ops.aten.mm"``), compared with
    the schema of each call when a graph is split, so naming an op needs no import of the code
    that defines it (and a graph that never calls it is one piece).  A graph that calls none
-   of them but calls ops that look related raises `SplitOpNotFoundError`, which lists them; a
+   of them but calls ops that look related raises `SplitOpNotFoundError`, which lists them
+   as ``split_ops`` takes them (``"aten::name.overload"``); a
    graph with nothing related stays one piece with a `SplitOpNotFoundWarning`.  AOT autograd
    decomposes some ops (``aten.scaled_dot_product_attention`` becomes
    ``aten._scaled_dot_product_flash_attention_for_cpu`` on CPU and other kernels on CUDA),
@@ -185,7 +187,8 @@ def backend(
 
     ``split_ops`` are where ``piecewise=True`` splits: a sequence of ``OpOverload``s,
     ``OpOverloadPacket``s or qualified op names (``"namespace::name"`` for any overload,
-    ``"namespace::name.overload"`` for one), default `DEFAULT_SPLIT_OPS`
+    ``"namespace::name.overload"`` for one; ``"namespace.name[.overload]"``, as Python prints
+    an op, means the same), default `DEFAULT_SPLIT_OPS`
     (``["msched::attention"]``, the attention of `msched.testing.decoders`).  Names are
     matched against the schema of each call when a graph is split, so the op need not exist
     yet, and a graph that never calls it is one piece.  A graph that calls none of them but
@@ -209,12 +212,33 @@ def backend(
 
 _OP_KINDS = (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
 _QUALIFIED_NAME = re.compile(r"[A-Za-z_]\w*::[A-Za-z_]\w*(\.[A-Za-z_]\w*)?")
+# How Python prints an op: ``aten.mm.default``, ``torch.ops.aten.mm`` (namespace.name[.overload])
+_DOTTED_NAME = re.compile(r"(?:torch\.ops\.)?([A-Za-z_]\w*)\.([A-Za-z_]\w*)(\.[A-Za-z_]\w*)?")
 
 
-def _is_split_op_spec(op: Any) -> bool:
-    return isinstance(op, _OP_KINDS) or (
-        isinstance(op, str) and _QUALIFIED_NAME.fullmatch(op) is not None
-    )
+def _split_op_spec(op: Any) -> Any:
+    """``op`` as `_is_split_op` matches it (a dotted name becomes ``"ns::name[.overload]"``),
+    or None when it names no op."""
+    if isinstance(op, _OP_KINDS):
+        return op
+    if not isinstance(op, str):
+        return None
+    if _QUALIFIED_NAME.fullmatch(op):
+        return op
+    dotted = _DOTTED_NAME.fullmatch(op)
+    if dotted is None:
+        return None
+    namespace, name, overload = dotted.groups()
+    return f"{namespace}::{name}{overload or ''}"
+
+
+def qualified_op_name(op: Any) -> str:
+    """``op`` spelled as ``split_ops`` takes it: ``"aten::mm.default"``, ``"aten::mm"``."""
+    if isinstance(op, torch._ops.OpOverload):
+        return f"{op._schema.name}.{op._schema.overload_name or 'default'}"
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        return str(op._qualified_op_name)
+    return str(op)
 
 
 def _check_split_ops(split_ops: Any) -> tuple[Any, ...]:
@@ -225,12 +249,14 @@ def _check_split_ops(split_ops: Any) -> tuple[Any, ...]:
             f"split_ops must be a sequence of torch ops or qualified op names (e.g. "
             f'["msched::attention"]), got {split_ops!r} ({type(split_ops).__name__})'
         )
-    ops = tuple(split_ops)
-    bad = [op for op in ops if not _is_split_op_spec(op)]
+    given = tuple(split_ops)
+    ops = tuple(_split_op_spec(op) for op in given)
+    bad = [op for op, spec in zip(given, ops, strict=True) if spec is None]
     if bad:
         raise InvalidArgumentError(
             "split_ops must be torch ops (OpOverload or OpOverloadPacket) or qualified op "
-            f'names ("namespace::name" or "namespace::name.overload"), got {bad!r}'
+            f'names ("namespace::name", "namespace::name.overload" or "namespace.name.overload"'
+            f"), got {bad!r}"
         )
     if not ops:
         raise InvalidArgumentError("split_ops must name at least one op to split at")
@@ -302,14 +328,17 @@ def check_split_ops_occur(graph: Graph, split_ops: tuple[Any, ...], name: str = 
     calls = [n for n in graph.nodes if n.op == "call_function"]
     if any(_is_split_op(n, split_ops) for n in calls):
         return
-    targets = sorted({str(n.target) for n in calls if isinstance(n.target, _OP_KINDS)})
+    targets = sorted(
+        {qualified_op_name(n.target) for n in calls if isinstance(n.target, _OP_KINDS)}
+    )
     for op in split_ops:
         words = set(_op_words(op))
         related = [t for t in targets if words <= set(_op_words(t))]
         if related:
             raise SplitOpNotFoundError(
-                f"split op {op} never occurs in {name}: AOT autograd decomposed it; ops of the "
-                f"graph that look related: {', '.join(related)}; split at those"
+                f"split op {qualified_op_name(op)} never occurs in {name}: AOT autograd "
+                f"decomposed it; ops of the graph that look related: {', '.join(related)}; "
+                f"split at those (split_ops={related!r})"
             )
     shown = ", ".join(targets[:12]) + (", ..." if len(targets) > 12 else "")
     ops = ", ".join(map(str, split_ops))

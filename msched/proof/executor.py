@@ -8,26 +8,37 @@ guarantees allow, so a missing wait becomes a wrong number.  (The timeline of th
 streams under a cost model is `msched.simulate`, in `msched.proof.timeline`.)
 
 The graph is read with `msched.proof.dialects.interpret`; nodes after ``output`` never run.
+
+``order="search"`` tries many such orders (every auxiliary stream late in turn, every one
+early in turn, seeded random ones) against a reference run and stops at the first that gives
+other numbers, so a race that some order shows is shown.  A node that fails on the garbage a
+race handed it (an index out of range) ends the run as a finding, ``Execution.failure``,
+instead of an exception from the kernel.
 """
 
 from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 import torch
 from torch.fx import GraphModule, Interpreter, Node
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map
 
 from msched.analysis._graphcheck import check_acyclic
 from msched.errors import InvalidArgumentError
+from msched.limits import positive_int
 from msched.proof.clocks import Clocks, clocks_of
 from msched.proof.dialects import Dialect, interpret
 
-ORDERS = ("late-aux", "early-aux", "random")
+ORDERS = ("late-aux", "early-aux", "random", "search")
+T = TypeVar("T")
+
+#: How many seeded random orders ``order="search"`` tries after the stream-by-stream ones.
+SEARCH_SEEDS = 32
 
 
 def _pull(
@@ -84,18 +95,60 @@ def _random_order(preds: dict[Node, tuple[Node, ...]], seed: int) -> list[Node]:
 
 
 def run_order(clocks: Clocks, order: str, seed: int = 0) -> list[Node]:
-    """The order `execute` runs the nodes of ``clocks`` in (see `execute` for ``order``):
-    every compute node that runs but the graph inputs, ``output`` included."""
-    preds, stamp, output = clocks.predecessors, clocks.stamp, clocks.output
+    """The order `execute` runs the nodes of ``clocks`` in (see `execute` for ``order``, but
+    ``"search"``, which tries several): every compute node that runs but the graph inputs,
+    ``output`` included."""
+    preds, stamp = clocks.predecessors, clocks.stamp
     if order == "late-aux":
-        main = [n for n in preds if stamp[n].stream == 0 or n is output]
-        return _demand_order(preds, main[: main.index(output) + 1])
+        return _late(clocks, lambda n: stamp[n].stream != 0)
     if order == "early-aux":
-        aux = [n for n in preds if stamp[n].stream != 0 and n is not output]
+        aux = [n for n in preds if stamp[n].stream != 0 and n is not clocks.output]
         return _demand_order(preds, aux)
     if order == "random":
         return _random_order(preds, seed)
     raise InvalidArgumentError(f"order must be one of {', '.join(ORDERS)}; got {order!r}")
+
+
+def _late(clocks: Clocks, late: Any) -> list[Node]:
+    """The nodes for which ``late(node)`` holds run only when another needs them (``output``
+    included), the others greedily in host order up to ``output``."""
+    preds, output = clocks.predecessors, clocks.output
+    eager = [n for n in preds if n is output or not late(n)]
+    return _demand_order(preds, eager[: eager.index(output) + 1])
+
+
+def _auxiliary_streams(clocks: Clocks) -> list[int]:
+    return sorted({clocks.stamp[n].stream for n in clocks.predecessors} - {0})
+
+
+def search_orders(
+    clocks: Clocks, seed: int = 0, seeds: int = SEARCH_SEEDS
+) -> Iterator[tuple[str, list[Node]]]:
+    """The orders ``order="search"`` tries, each once, named: ``late-aux``, ``early-aux``,
+    every auxiliary stream late in turn (the other streams greedy), every one early in turn,
+    then ``seeds`` random orders from ``seed`` on."""
+    preds, stamp, output = clocks.predecessors, clocks.stamp, clocks.output
+    seen: set[tuple[Node, ...]] = set()
+    candidates: list[tuple[str, Any]] = [
+        ("late-aux", lambda: run_order(clocks, "late-aux")),
+        ("early-aux", lambda: run_order(clocks, "early-aux")),
+    ]
+    for s in _auxiliary_streams(clocks):
+        candidates.append((f"stream {s} late", lambda s=s: _late(clocks, _on(stamp, s))))
+    for s in _auxiliary_streams(clocks):
+        first = [n for n in preds if stamp[n].stream == s and n is not output]
+        candidates.append((f"stream {s} early", lambda first=first: _demand_order(preds, first)))
+    for k in range(seeds):
+        candidates.append((f"random seed {seed + k}", lambda k=k: _random_order(preds, seed + k)))
+    for name, make in candidates:
+        sequence = make()
+        if tuple(sequence) not in seen:
+            seen.add(tuple(sequence))
+            yield name, sequence
+
+
+def _on(stamp: dict[Node, Any], stream: int) -> Any:
+    return lambda node: stamp[node].stream == stream
 
 
 @dataclass(frozen=True)
@@ -107,12 +160,24 @@ class Execution:
     the inputs at that moment; ``order`` names the nodes in the order they ran (``output``
     included) and ``after_output`` those that ran after it.  The inputs passed to `execute`
     hold their final contents, as after calling the module.
+
+    ``strategy`` names the order that ran (``"late-aux"``, ``"stream 2 late"``, ``"random
+    seed 3"``).  ``failure`` says, when a node failed on garbage a race handed it, which
+    node and how (``"the race made the graph fail at node index_select: IndexError: ..."``);
+    the run stopped there, and ``output`` is None unless ``output`` had run.  With
+    ``order="search"``: ``differs`` is whether the order that ran gave other numbers than the
+    reference (or failed), and ``tried`` names every order tried, in order; both are None
+    otherwise.
     """
 
     output: Any
     inputs_at_output: tuple[Any, ...]
     order: tuple[str, ...]
     after_output: tuple[str, ...]
+    strategy: str = ""
+    failure: str | None = None
+    differs: bool | None = None
+    tried: tuple[str, ...] | None = None
 
 
 def _clone(value: Any) -> Any:
@@ -134,12 +199,19 @@ def _garbage(value: Any) -> Any:
 class _Runner(Interpreter):
     """Runs single nodes of ``gm`` on demand, reading unwritten values as garbage."""
 
-    def __init__(self, gm: GraphModule, clocks: Clocks, inputs: Sequence[Any]) -> None:
+    def __init__(
+        self,
+        gm: GraphModule,
+        clocks: Clocks,
+        inputs: Sequence[Any],
+        host_values: dict[Node, Any] | None = None,
+    ) -> None:
         super().__init__(gm, garbage_collect_values=False)
         self.clocks = clocks
         self.inputs = tuple(inputs)
-        self._host_values: dict[Node, Any] | None = None
+        self._host_values = host_values  # shared by the runs of one search
         self.early: dict[Node, Any] = {}  # node -> garbage handed out before it ran
+        self.handed_garbage = False
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         if len(placeholders) != len(self.inputs):
             raise InvalidArgumentError(
@@ -173,6 +245,7 @@ class _Runner(Interpreter):
         for value in node.all_input_nodes:
             if value not in self.env:
                 self.env[value] = self.early[value] = _garbage(self._host_order_values()[value])
+                self.handed_garbage = True
         result = self.run_node(node)
         early = self.early.pop(node, None)
         if isinstance(early, torch.Tensor) and isinstance(result, torch.Tensor):
@@ -187,6 +260,8 @@ def execute(
     order: str = "late-aux",
     seed: int = 0,
     dialect: Dialect | str | None = None,
+    seeds: int = SEARCH_SEEDS,
+    original: GraphModule | None = None,
 ) -> Execution:
     """Run the compute nodes of the scheduled ``gm`` on ``inputs`` in an adversarial order.
 
@@ -196,11 +271,19 @@ def execute(
       something on stream 0 (``output`` included) must wait for it, and everything ``output``
       does not wait for runs after ``output``;
     - ``"early-aux"``: the auxiliary streams run greedily, stream 0 only when they need it;
-    - ``"random"``: a uniformly random ready node at each step, from ``seed``.
+    - ``"random"``: a uniformly random ready node at each step, from ``seed``;
+    - ``"search"``: the orders of `search_orders` (late-aux, early-aux, each auxiliary stream
+      late in turn, each early in turn, ``seeds`` random orders from ``seed``), each on the
+      inputs as given, until one gives other numbers than the reference: ``output`` and the
+      inputs when ``output`` is produced, compared exactly (NaN equals NaN) with a run of
+      ``original`` (the unscheduled graph, when given) or else of ``gm`` in host order.  The
+      run returned is that order's (``differs=True``), or late-aux's when none differs.
 
-    A value read before its producer ran reads as NaN (the producer's later write still lands
-    in that memory).  Stream ops themselves are not run.  Returns an `Execution`.  A cyclic
-    graph is an `msched.InvalidGraphError` naming the cycle; nothing runs then.
+    A value read before its producer ran reads as NaN (-1 for integers; the producer's later
+    write still lands in that memory).  A node that raises after such a read ends the run
+    with `Execution.failure` naming it; an error without garbage is raised.  Stream ops
+    themselves are not run.  A cyclic graph is an `msched.InvalidGraphError` naming the
+    cycle; nothing runs then.
     """
     if not isinstance(gm, GraphModule):
         raise InvalidArgumentError(
@@ -208,23 +291,133 @@ def execute(
         )
     check_acyclic(gm.graph)
     clocks = clocks_of(interpret(gm, dialect))
+    if order == "search":
+        positive_int(seeds, "seeds")
+        return _search(gm, clocks, inputs, seed, seeds, original)
     sequence = run_order(clocks, order, seed)
-    return _run(_Runner(gm, clocks, inputs), sequence, clocks.output, inputs)
+    return _run(_Runner(gm, clocks, inputs), sequence, clocks.output, inputs, order)
 
 
-def _run(runner: _Runner, sequence: list[Node], output: Node, inputs: tuple[Any, ...]) -> Execution:
+def _run(
+    runner: _Runner, sequence: list[Node], output: Node, inputs: tuple[Any, ...], strategy: str
+) -> Execution:
     """Run ``sequence`` one node at a time; what ``output`` returns, and the inputs then, are
-    cloned when it runs."""
+    cloned when it runs.  A node that fails on garbage stops the run (`Execution.failure`)."""
     returned: Any = None
-    at_output: tuple[Any, ...] = ()
+    at_output: tuple[Any, ...] | None = None
     ran: list[str] = []
     after: list[str] = []
-    produced = False
     for node in sequence:
-        value = runner.step(node)
+        try:
+            value = runner.step(node)
+        except Exception as error:
+            if not runner.handed_garbage:
+                raise
+            failure = f"the race made the graph fail at node {node.name}: {_one_line(error)}"
+            at = tuple(_clone(inputs)) if at_output is None else at_output
+            return Execution(returned, at, tuple(ran), tuple(after), strategy, failure)
         if node is output:
-            returned, at_output, produced = _clone(value), _clone(inputs), True
-        elif produced:
+            returned, at_output = _clone(value), tuple(_clone(inputs))
+        elif at_output is not None:
             after.append(node.name)
         ran.append(node.name)
-    return Execution(returned, tuple(at_output), tuple(ran), tuple(after))
+    return Execution(returned, at_output or (), tuple(ran), tuple(after), strategy)
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text[:200]}"
+
+
+def _search(
+    gm: GraphModule,
+    clocks: Clocks,
+    inputs: tuple[Any, ...],
+    seed: int,
+    seeds: int,
+    original: GraphModule | None,
+) -> Execution:
+    """`execute` with ``order="search"``: each trial runs on the inputs and module state as
+    given (put back after it, random state included); the chosen order then runs for real."""
+    state = _State([inputs, gm, original])
+    want = state.trial(_reference, gm, clocks, inputs, original)
+    host_values = _Runner(gm, clocks, inputs)._host_order_values()
+    tried: list[str] = []
+    chosen: tuple[str, list[Node]] | None = None
+    for name, sequence in search_orders(clocks, seed, seeds):
+        tried.append(name)
+        runner = _Runner(gm, clocks, inputs, host_values)
+        run = state.trial(_run, runner, sequence, clocks.output, inputs, name)
+        if run.failure is not None or not same_values(want, (run.output, run.inputs_at_output)):
+            chosen = (name, sequence)
+            break
+    name, sequence = chosen or ("late-aux", run_order(clocks, "late-aux"))
+    run = _run(_Runner(gm, clocks, inputs, host_values), sequence, clocks.output, inputs, name)
+    return replace(run, differs=chosen is not None, tried=tuple(tried))
+
+
+def _reference(
+    gm: GraphModule, clocks: Clocks, inputs: tuple[Any, ...], original: GraphModule | None
+) -> tuple[Any, tuple[Any, ...]]:
+    """What a correct run gives: ``output`` and the inputs after it (``original``'s, or
+    ``gm`` run in host order)."""
+    if original is not None:
+        return _clone(original(*inputs)), tuple(_clone(inputs))
+    run = _run(_Runner(gm, clocks, inputs), list(clocks.predecessors), clocks.output, inputs, "")
+    return run.output, run.inputs_at_output
+
+
+def same_values(a: Any, b: Any) -> bool:
+    """Whether two results hold the same values (nested alike): tensors of one shape and
+    dtype equal element by element (NaN equals NaN), anything else by ``==``."""
+    left, left_spec = tree_flatten(a)
+    right, right_spec = tree_flatten(b)
+    if left_spec != right_spec:
+        return False
+    return all(_same_leaf(x, y) for x, y in zip(left, right, strict=True))
+
+
+def _same_leaf(x: Any, y: Any) -> bool:
+    if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return False
+        both_nan = x.isnan() & y.isnan() if x.is_floating_point() else False
+        return bool(((x == y) | both_nan).all())
+    return bool(x == y)
+
+
+class _State:
+    """The memory a run can write (every tensor storage of the inputs and of the modules'
+    state), and the random-number state: `trial` runs something and puts them back."""
+
+    def __init__(self, holders: list[Any]) -> None:
+        storages: dict[int, torch.UntypedStorage] = {}
+        for tensor in _tensors_of(holders):
+            try:
+                storage = tensor.untyped_storage()
+            except Exception:  # a tensor without storage of its own: nothing to put back
+                continue
+            storages.setdefault(storage._cdata, storage)
+        self.saved = [(s, s.clone()) for s in storages.values()]
+
+    def trial(self, body: Callable[..., T], *args: Any) -> T:
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        try:
+            with torch.random.fork_rng(devices=range(torch.cuda.device_count()) if cuda else []):
+                return body(*args)
+        finally:
+            for storage, saved in self.saved:
+                storage.copy_(saved)
+
+
+def _tensors_of(holders: list[Any]) -> Iterator[torch.Tensor]:
+    """The tensors in ``holders``: inputs (nested containers) and modules' parameters,
+    buffers and tensor attributes."""
+    for holder in holders:
+        if isinstance(holder, torch.nn.Module):
+            yield from holder.parameters()
+            yield from holder.buffers()
+            for module in holder.modules():
+                yield from (v for v in vars(module).values() if isinstance(v, torch.Tensor))
+        elif holder is not None:
+            yield from (v for v in tree_flatten(holder)[0] if isinstance(v, torch.Tensor))

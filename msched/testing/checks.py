@@ -114,8 +114,10 @@ def copy_module(gm: GraphModule) -> GraphModule:
 
 def copy_graph(graph: Graph) -> Graph:
     """A copy of ``graph``'s nodes (same names, targets, arguments and ``meta`` entries), in
-    its order, without a module: enough for `msched.verify`'s ``original``."""
-    new = Graph()
+    its order, owned by ``graph``'s module (so its ``call_module`` and ``get_attr`` nodes are
+    read as that module's) without generating code: enough for `msched.verify`'s
+    ``original``."""
+    new = Graph(owning_module=graph.owning_module)  # call_module nodes name its submodules
     new.output(new.graph_copy(graph, {}))
     return new
 

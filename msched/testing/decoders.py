@@ -36,18 +36,21 @@ from msched.testing.reference_ops import attention, inplace_slice_copy, moe_expe
 
 aten = torch.ops.aten
 
-#: The schema a capture op must have (`capture_overload`); ``int`` may also be ``SymInt``.
+#: The schema a capture op must have (`capture_overload`), up to the names of its arguments;
+#: ``int`` may also be ``SymInt``, and arguments with defaults may follow.
 CAPTURE_SCHEMA = "(Tensor(a!) dest, Tensor src, int start, int end) -> ()"
-_CAPTURE_ARGUMENTS = (("dest", "Tensor"), ("src", "Tensor"), ("start", "int"), ("end", "int"))
+_CAPTURE_KINDS = (("Tensor",), ("Tensor",), ("int", "SymInt"), ("int", "SymInt"))
 
 
 def capture_overload(op: object = None) -> torch._ops.OpOverload:
-    """The capture op ``op`` names, checked: an op with the schema `CAPTURE_SCHEMA` that
-    writes ``src`` into ``dest[..., start:end]`` (msched's ``inplace_slice_copy`` for None).
+    """The capture op ``op`` names, checked: an op with the schema `CAPTURE_SCHEMA`, whatever
+    its argument names, that writes its second argument into ``first[..., start:end]``
+    (msched's ``inplace_slice_copy`` for None).
 
     ``op`` is an ``OpOverload`` (``torch.ops.ns.name.default``), an ``OpOverloadPacket``
-    (its ``default`` overload) or a ``torch.library.custom_op``.  Anything else, or an op of
-    another schema, raises `msched.InvalidArgumentError` saying what is expected.
+    (its ``default`` overload) or a ``torch.library.custom_op``.  Anything else, or an op
+    whose arguments differ in kind or order, raises `msched.InvalidArgumentError` saying what
+    is expected.
     """
     if op is None:
         return torch.ops.msched.inplace_slice_copy.default
@@ -64,28 +67,41 @@ def capture_overload(op: object = None) -> torch._ops.OpOverload:
     if problem is not None:
         raise InvalidArgumentError(
             f"capture_op {overload} has the schema {overload._schema}: {problem}; a capture op "
-            f"has the schema {CAPTURE_SCHEMA} and writes src into dest[..., start:end]"
+            f"has the schema {CAPTURE_SCHEMA} (any argument names; arguments with defaults may "
+            "follow) and writes src into dest[..., start:end]"
         )
     return overload
 
 
 def _capture_schema_problem(schema: torch._C.FunctionSchema) -> str | None:
     """What is wrong with ``schema`` for a capture op, or None."""
-    got = tuple((a.name, str(a.type)) for a in schema.arguments)
-    if got != _CAPTURE_ARGUMENTS:
-        return "its arguments are not (Tensor dest, Tensor src, int start, int end)"
-    if any(a.kwarg_only for a in schema.arguments):
-        return "its arguments must all be positional"
-    written = [
-        a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write
-    ]
-    if written != ["dest"]:
+    arguments = list(schema.arguments)
+    head, rest = arguments[: len(_CAPTURE_KINDS)], arguments[len(_CAPTURE_KINDS) :]
+    kinds = [str(a.type) for a in head]
+    if len(head) < len(_CAPTURE_KINDS) or any(
+        kind not in allowed for kind, allowed in zip(kinds, _CAPTURE_KINDS, strict=True)
+    ):
+        got = ", ".join(f"{a.type} {a.name}" for a in head)
+        return f"its arguments are not (Tensor, Tensor, int, int) in this order: ({got})"
+    if any(a.kwarg_only for a in head):
+        return "its first four arguments must be positional"
+    extra = [a.name for a in rest if not a.has_default_value()]
+    if extra:
+        return f"its arguments after the fourth need defaults ({', '.join(extra)} has none)"
+    written = [a.name for a in arguments if a.alias_info is not None and a.alias_info.is_write]
+    if written != [head[0].name]:
         return (
-            f"it must write dest and only dest (Tensor(a!) dest), but writes {written or 'nothing'}"
+            f"it must write {head[0].name} (its first argument) and nothing else "
+            f"(Tensor(a!) {head[0].name}), but writes {written or 'nothing'}"
         )
     if schema.returns:
         return "it must return nothing (-> ())"
     return None
+
+
+def capture_argument_names(op: torch._ops.OpOverload) -> tuple[str, ...]:
+    """The names ``op`` gives its destination, source, start and end (its schema's)."""
+    return tuple(a.name for a in op._schema.arguments[: len(_CAPTURE_KINDS)])
 
 
 @dataclass
@@ -221,8 +237,10 @@ class _Builder:
         start, end = j * self.hidden, (j + 1) * self.hidden
         op = self.capture_op
         name = f"capture_{layer}"
-        if self.capture_kwargs:
-            kwargs: dict[str, Any] = {"dest": dest, "src": h, "start": start, "end": end}
+        if self.capture_kwargs:  # by the op's own names
+            kwargs: dict[str, Any] = dict(
+                zip(capture_argument_names(op), (dest, h, start, end), strict=True)
+            )
             return self.graph.create_node("call_function", op, (), kwargs, name=name)
         return self.graph.create_node("call_function", op, (dest, h, start, end), name=name)
 
@@ -260,10 +278,11 @@ def decoder_stack(
 
     ``capture_op`` is the op of the captures (default ``msched::inplace_slice_copy``): any op
     with the schema `CAPTURE_SCHEMA`, ``(Tensor(a!) dest, Tensor src, int start, int end) ->
-    ()``, that writes ``src`` into ``dest[..., start:end]``, such as an engine's own
+    ()`` up to the argument names (keyword captures use the op's own names), that writes
+    ``src`` into ``dest[..., start:end]``, such as an engine's own
     ``torch.ops.<ns>.inplace_slice_copy.default`` (`capture_overload` says what it accepts;
-    another schema is an `msched.InvalidArgumentError`).  ``.captures`` are its nodes and
-    ``.reference()`` runs it.
+    arguments of other kinds or in another order are an `msched.InvalidArgumentError`).
+    ``.captures`` are its nodes and ``.reference()`` runs it.
     """
     capture_layers = tuple(capture_layers)
     _check_stack_args(n_layers, capture_layers, hidden, tokens)

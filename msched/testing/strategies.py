@@ -24,12 +24,22 @@ reads or writes through a ``get_attr`` node of its own.  Placeholders carry ``me
 
 Graphs with ``buf`` change it when they run: restore it (``gm.load_state_dict``) between
 runs that must start from the same state.
+
+Drawn graphs are `GeneratedGraph` modules: Hypothesis prints a falsifying example's graph as its
+code (as drawn) with the root module's submodules and buffers, not as ``Generated()``.
+`check_schedule` is the whole property check in one call that needs no pytest fixture, so
+it works inside ``@given``::
+
+    @given(mst.graphs(), mst.stream_counts())
+    def test_my_scheduler(gm, num_streams):
+        mst.check_schedule(gm, num_streams, scheduler=my_pass, dialect="myeng")
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable
+import copy
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,8 +49,19 @@ from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import Argument
 
 import msched.testing.reference_ops  # noqa: F401  (registers msched::inplace_slice_copy)
+from msched.proof.dialects import Dialect
+from msched.proof.executor import execute, same_values
+from msched.scheduling.pipeline import Schedule
+from msched.testing.checks import Scheduler, SchedulerFailure, copy_module, schedule_and_verify
 
-__all__ = ["OPS", "example_inputs", "graphs", "stream_counts"]
+__all__ = [
+    "OPS",
+    "GeneratedGraph",
+    "check_schedule",
+    "example_inputs",
+    "graphs",
+    "stream_counts",
+]
 
 aten = torch.ops.aten
 SIZE = 4
@@ -51,6 +72,27 @@ OPS = (
 _PURE_METHODS = ("mul", "add", "sub", "neg")
 _INPLACE_METHODS = ("mul_", "add_", "copy_")
 _MODULES = ("lin", "relu", "relu_inplace")
+
+
+#: The ``GraphModule.meta`` key of a drawn graph's code as drawn (deep copies keep it).
+DRAWN_CODE_META = "msched_drawn_code"
+
+
+class GeneratedGraph(GraphModule):
+    """A graph `graphs` drew; its ``repr`` (what Hypothesis prints in a falsifying example) is
+    its code as drawn (``meta[DRAWN_CODE_META]``), after a line naming the root module's
+    submodules and buffers."""
+
+    def __repr__(self) -> str:
+        drawn = self.meta.get(DRAWN_CODE_META)
+        return drawn if isinstance(drawn, str) else _describe(self)
+
+
+def _describe(gm: GraphModule) -> str:
+    parts = [f"{name}={module!r}" for name, module in gm.named_children()]
+    parts += [f"{name}: {list(t.shape)}" for name, t in gm.named_buffers()]
+    state = f"  # state: {', '.join(parts)}" if parts else ""
+    return f"GeneratedGraph({len(gm.graph.nodes)} nodes){state}\n{gm.code.strip()}\n"
 
 
 @dataclass
@@ -277,7 +319,9 @@ def graphs(
         draw(st.lists(st.sampled_from(b.results), max_size=3, unique=True)) if b.results else []
     )
     b.graph.output(tuple(returned) if returned else b.call(aten.clone.default, b.readable[-1]))
-    return GraphModule(b.root, b.graph, "Generated")
+    gm = GeneratedGraph(b.root, b.graph, "Generated")
+    gm.meta[DRAWN_CODE_META] = _describe(gm)  # as drawn, whatever a test does to gm later
+    return gm
 
 
 def stream_counts() -> st.SearchStrategy[int]:
@@ -294,3 +338,75 @@ def example_inputs(gm: GraphModule, seed: int = 0) -> tuple[torch.Tensor, ...]:
             val = node.meta["val"]
             inputs.append(torch.randn(*val.shape, generator=gen, dtype=val.dtype) * 0.5)
     return tuple(inputs)
+
+
+def check_schedule(
+    gm: GraphModule,
+    num_streams: int,
+    *,
+    inputs: Sequence[Any] | None = None,
+    scheduler: Scheduler | None = None,
+    dialect: Dialect | str | None = None,
+    seeds: int = 8,
+) -> Schedule:
+    """Schedule ``gm``, prove the schedule and run it; the check of a property test.
+
+    Usable anywhere, ``@given`` included (no pytest fixture).  Steps, each failing with an
+    ``AssertionError`` that says what went wrong, ends with the graph's code, and leaves
+    Hypothesis to shrink:
+
+    1. run an unscheduled copy of ``gm`` on ``inputs`` (default `example_inputs`; copied for
+       every run, views of one buffer stay views): the expected output, inputs and state;
+    2. schedule ``gm`` on ``num_streams`` streams with ``scheduler`` (default
+       `msched.schedule`; any ``scheduler(gm, num_streams) -> GraphModule | None``) and
+       `msched.verify` it against the copy, read in ``dialect`` (None: detected);
+    3. `msched.execute` it with ``order="search"`` (``seeds`` random orders) against the
+       unscheduled graph: no order may give other numbers;
+    4. call the scheduled module: the expected output, inputs and module state.
+
+    Returns the `msched.Schedule`.  ``gm``'s module state is that of one run at the end.
+    """
+    given = tuple(example_inputs(gm)) if inputs is None else tuple(inputs)
+    where = f"\nthe graph, on {num_streams} stream(s):\n{_describe(copy_module(gm))}"
+    state = _state(gm)
+    expected_inputs = copy.deepcopy(given)
+    expected = copy_module(gm)(*expected_inputs)
+    expected_state = _state(gm)
+    gm.load_state_dict(state)
+    check = schedule_and_verify(gm, num_streams, scheduler=scheduler, dialect=dialect)
+    if isinstance(check, SchedulerFailure) or check.failure is not None:
+        raise AssertionError(f"{check.failure}{where}")
+    sched = check.schedule
+    _check_execute(sched, check.dialect, copy.deepcopy(given), seeds, where)
+    gm.load_state_dict(state)
+    fresh = copy.deepcopy(given)
+    got = sched.gm(*fresh)
+    for what, value, want in (
+        ("its output", got, expected),
+        ("the inputs after it", fresh, expected_inputs),
+        ("the module state after it", _state(sched.gm), expected_state),
+    ):
+        if not same_values(value, want):
+            raise AssertionError(f"calling the scheduled module changes {what}{where}")
+    return sched
+
+
+def _check_execute(
+    sched: Schedule, dialect: Dialect | None, inputs: tuple[Any, ...], seeds: int, where: str
+) -> None:
+    """`msched.execute` of the schedule in every order ``search`` tries: none may differ."""
+    state = _state(sched.gm)
+    run = execute(
+        sched.gm, *inputs, order="search", seeds=seeds, dialect=dialect, original=sched.original
+    )
+    sched.gm.load_state_dict(state)
+    if run.differs:
+        what = run.failure or "gives other numbers than the unscheduled graph"
+        raise AssertionError(
+            f"msched.execute in the order {run.strategy!r} (of {', '.join(run.tried or ())}): "
+            f"{what}; ran {', '.join(run.order)}{where}"
+        )
+
+
+def _state(gm: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in gm.state_dict().items()}

@@ -701,18 +701,35 @@ def test_split_op_decomposed_by_aot_raises_naming_the_ops_it_became() -> None:
     sdpa = torch.ops.aten.scaled_dot_product_attention
     b = msched.backend(num_streams=2, piecewise=True, split_ops=[sdpa])
     match = (
-        r"split op aten\.scaled_dot_product_attention never occurs in graph0: AOT autograd "
+        r"split op aten::scaled_dot_product_attention never occurs in graph0: AOT autograd "
         r"decomposed it; ops of the graph that look related: "
-        r"aten\._scaled_dot_product_flash_attention_for_cpu\.default"
+        r"aten::_scaled_dot_product_flash_attention_for_cpu\.default; split at those "
+        r"\(split_ops=\['aten::_scaled_dot_product_flash_attention_for_cpu\.default'\]\)"
     )
     with pytest.raises(msched.SplitOpNotFoundError, match=match) as info:
         compile_and_run(Attention(), (q, q, q), b)
     assert isinstance(info.value, msched.MschedError)
-    # The op the error names is where the graph splits.
+    # The op the error names, in the spelling it names it, is where the graph splits.
+    named = str(info.value).rsplit("split_ops=['", 1)[1].split("'")[0]
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
-    b = msched.backend(num_streams=2, piecewise=True, split_ops=[flash])
-    compile_and_run(Attention(), (q, q, q), b)
-    assert len(b.pieces) == 3
+    for split_at in (named, flash, str(flash)):  # str(flash): aten._scaled_..._cpu.default
+        torch._dynamo.reset()
+        b = msched.backend(num_streams=2, piecewise=True, split_ops=[split_at])
+        compile_and_run(Attention(), (q, q, q), b)
+        assert len(b.pieces) == 3, split_at
+
+
+@pytest.mark.parametrize(
+    ("spelling", "canonical"),
+    [
+        ("aten.add.Tensor", "aten::add.Tensor"),
+        ("aten.add", "aten::add"),
+        ("torch.ops.msched.moe_experts.default", "msched::moe_experts.default"),
+        ("msched::moe_experts", "msched::moe_experts"),
+    ],
+)
+def test_split_ops_take_the_spelling_python_prints_ops_in(spelling: str, canonical: str) -> None:
+    assert msched.backend(split_ops=[spelling]).config.split_ops == (canonical,)
 
 
 def test_a_graph_without_anything_like_a_split_op_is_one_piece_with_a_warning() -> None:
