@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 from torch.fx import GraphModule, Interpreter, Node
-from torch.utils._pytree import tree_map
 
+from msched._torch_internals import tree_map
 from msched.analysis._graphcheck import check_acyclic
 from msched.errors import InvalidArgumentError
 from msched.proof.clocks import Clocks, clocks_of
