@@ -20,6 +20,7 @@ import collections
 import contextlib
 import importlib
 import operator
+import re
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -32,19 +33,21 @@ from torch.fx import Graph, Node
 from msched.errors import TorchInternalsError, UntestedVersionWarning
 
 #: The torch releases msched is tested with: at least the first, below the second.
-TORCH_TESTED = ("2.13", "2.15")
+TORCH_TESTED = ((2, 13), (2, 15))
 
 
 def tested_range() -> str:
     """``torch>=2.13,<2.15``: the requirement ``pyproject.toml`` states."""
-    return f"torch>={TORCH_TESTED[0]},<{TORCH_TESTED[1]}"
+    low, high = (".".join(map(str, v)) for v in TORCH_TESTED)
+    return f"torch>={low},<{high}"
 
 
 def untested_version_message(version: Any = None) -> str | None:
     """Why ``version`` (the installed torch's by default) is outside `TORCH_TESTED`, or None."""
     version = torch.__version__ if version is None else version
-    release = torch.torch_version.TorchVersion(version)
-    if TORCH_TESTED[0] <= release < TORCH_TESTED[1]:
+    found = re.match(r"(\d+)\.(\d+)", str(version))
+    release = (int(found[1]), int(found[2])) if found else (0, 0)
+    if TORCH_TESTED[0] <= release < TORCH_TESTED[1]:  # a 2.15 pre-release is 2.15 here
         return None
     return (
         f"msched is tested with {tested_range()}, and torch {version} is installed: it may "
