@@ -26,6 +26,7 @@ import pytest
 
 from pytest_msched import _params
 from pytest_msched._options import Settings, options_given, resolve_settings
+from pytest_msched._pytest_internals import distributes, is_xdist_worker, node_output, worker_output
 from pytest_msched.snapshot import indexed_snapshot_report
 
 if TYPE_CHECKING:
@@ -140,7 +141,7 @@ class MschedSession:
     def install(cls, config: pytest.Config) -> MschedSession:
         """Resolve the settings of ``config`` (unless it is an xdist controller with no msched
         option: see the class) and keep the new session in its stash."""
-        workeroutput = getattr(config, "workeroutput", None)
+        workeroutput = worker_output(config)
         lazy = _is_xdist_controller(config) and not options_given(config)
         settings = None if lazy else resolve_settings(config)
         session = cls(config, settings, workeroutput)
@@ -236,7 +237,7 @@ class MschedSession:
 
     def collect(self, node: Any) -> None:
         """On the xdist controller, merge the records of a worker (``node``) that shut down."""
-        output = getattr(node, "workeroutput", None) or {}
+        output = node_output(node)
         self.stats.merge_wire(output.get(WORKER_OUTPUT_KEY))
 
     def write_summary(self, reporter: pytest.TerminalReporter) -> None:
@@ -250,12 +251,11 @@ class MschedSession:
 
 def _is_xdist_controller(config: pytest.Config) -> bool:
     """Whether this process hands tests to pytest-xdist workers (``-n``) and runs none."""
-    if hasattr(config, "workerinput"):
+    if is_xdist_worker(config):
         return False
-    option = config.option
-    if getattr(option, "collectonly", False):  # xdist collects in the controller then
+    if config.option.collectonly:  # xdist collects in the controller then
         return False
-    return getattr(option, "dist", "no") != "no" and bool(getattr(option, "tx", None))
+    return distributes(config)
 
 
 def _cache_key(num_streams: int, kwargs: dict[str, Any]) -> Any:
