@@ -7,6 +7,7 @@ input is emitted before ``output`` and joined on the caller's stream.  See DESIG
 from __future__ import annotations
 
 from msched import ops
+from msched._torch_internals import warn_if_untested
 from msched.analysis.cost import CostModel, DefaultCostModel, RooflineCostModel
 from msched.analysis.dag import Dag, build_dag
 from msched.analysis.effects import register_mutation, register_pure, register_side_effect
@@ -21,7 +22,9 @@ from msched.errors import (
     ScheduleVerificationError,
     SplitOpNotFoundError,
     SplitOpNotFoundWarning,
+    TorchInternalsError,
     UnreadStreamOpsError,
+    UntestedVersionWarning,
 )
 from msched.limits import MAX_STREAMS
 from msched.proof.dialects import Dialect
@@ -30,6 +33,9 @@ from msched.proof.timeline import Timeline, simulate
 from msched.proof.verifier import Report, Violation, verify
 from msched.scheduling.pipeline import Schedule, schedule
 from msched.scheduling.readback import read_schedule
+
+# A torch outside the tested range warns once, naming both (msched._torch_internals).
+warn_if_untested()
 
 __all__ = [
     "MAX_STREAMS",
@@ -50,7 +56,9 @@ __all__ = [
     "SplitOpNotFoundError",
     "SplitOpNotFoundWarning",
     "Timeline",
+    "TorchInternalsError",
     "UnreadStreamOpsError",
+    "UntestedVersionWarning",
     "Violation",
     "backend",
     "build_dag",

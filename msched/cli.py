@@ -306,11 +306,12 @@ def _cost_model(name: str, stack: DecoderStack) -> CostModel:
 
 def _propagate_shapes(stack: DecoderStack) -> None:
     """Fill ``node.meta["val"]`` with fake tensors so the roofline model sees shapes."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
+    from msched._torch_internals import fake_tensor_mode
+
     # Weights are real buffers of the module; only the inputs are converted.
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    mode = fake_tensor_mode(allow_non_fake_inputs=True)
     FakeTensorProp(stack.gm, mode=mode).propagate(*stack.example_inputs())
 
 

@@ -1,7 +1,7 @@
 """The exception hierarchy of msched: every error a user can see derives from `MschedError`.
 
 Every class is defined here and exported from `msched`; the modules that raise them import
-them from here.  `SplitOpNotFoundWarning` is a warning, not an error: the one warning class.
+them from here.  `SplitOpNotFoundWarning` and `UntestedVersionWarning` are warnings, not errors.
 """
 
 from __future__ import annotations
@@ -53,3 +53,14 @@ class SplitOpNotFoundError(InvalidArgumentError):
 
 class SplitOpNotFoundWarning(UserWarning):
     """A graph the backend splits calls no ``split_ops`` op and nothing like one: one piece."""
+
+
+class TorchInternalsError(MschedError):
+    """A private torch interface msched relies on is missing from the installed torch (a
+    release outside the tested range changed it); the message names the interface, the torch
+    version and the tested range (`msched._torch_internals`)."""
+
+
+class UntestedVersionWarning(UserWarning):
+    """A library msched or its pytest plugin relies on (torch, pytest, pytest-xdist, syrupy) is
+    installed in a version outside the range CI tests; the message names both."""

@@ -42,6 +42,12 @@ from typing import Any
 import torch
 from torch.fx.node import has_side_effect
 
+from msched._torch_internals import (
+    dispatch_mode_depth,
+    function_mode_enabled,
+    functorch_active,
+    profiler_enabled,
+)
 from msched.compile.runtime import current_runtime
 
 _lib = torch.library.Library("msched", "FRAGMENT")
@@ -97,10 +103,10 @@ for _op in STREAM_OPS:
 # dispatcher round trip they save about 1 µs.  `torch.compiler.is_compiling` comes first, so
 # that Dynamo, which reads it as True, traces nothing else here.
 _is_compiling = torch.compiler.is_compiling
-_dispatch_modes = torch._C._len_torch_dispatch_stack
-_function_modes = torch._C._is_torch_function_mode_enabled
-_profiling = torch._C._autograd._profiler_enabled
-_functorch = torch._C._are_functorch_transforms_active
+_dispatch_modes = dispatch_mode_depth
+_function_modes = function_mode_enabled
+_profiling = profiler_enabled
+_functorch = functorch_active
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _direct = os.environ.get("MSCHED_DIRECT_CALLS", "1") != "0"
 

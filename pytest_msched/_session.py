@@ -28,6 +28,7 @@ import pytest
 
 from pytest_msched import _params
 from pytest_msched._options import Settings, options_given, resolve_settings
+from pytest_msched._pytest_internals import distributes, is_xdist_worker, node_output, worker_output
 from pytest_msched.snapshot import indexed_snapshot_report
 
 if TYPE_CHECKING:
@@ -242,7 +243,7 @@ class MschedSession:
     def install(cls, config: pytest.Config) -> MschedSession:
         """Resolve the settings of ``config`` (unless it is an xdist controller with no msched
         option: see the class) and keep the new session in its stash."""
-        workeroutput = getattr(config, "workeroutput", None)
+        workeroutput = worker_output(config)
         lazy = _is_xdist_controller(config) and not options_given(config)
         settings = None if lazy else resolve_settings(config)
         session = cls(config, settings, workeroutput)
@@ -372,7 +373,7 @@ class MschedSession:
         """On the xdist controller, merge the records and dumps of a worker (``node``) that
         shut down, and note it in `broken_workers` when it ended with an internal error: the
         controller must not finish such a run with exit status 0."""
-        output = getattr(node, "workeroutput", None) or {}
+        output = node_output(node)
         self.stats.merge_wire(output.get(WORKER_OUTPUT_KEY))
         self.dumps += [(nodeid, list(files)) for nodeid, files in output.get(DUMPS_OUTPUT_KEY, ())]
         if output.get("exitstatus") == pytest.ExitCode.INTERNAL_ERROR:
@@ -408,12 +409,11 @@ _NOT_FAILED_BY_ERROR = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
 
 def _is_xdist_controller(config: pytest.Config) -> bool:
     """Whether this process hands tests to pytest-xdist workers (``-n``) and runs none."""
-    if hasattr(config, "workerinput"):
+    if is_xdist_worker(config):
         return False
-    option = config.option
-    if getattr(option, "collectonly", False):  # xdist collects in the controller then
+    if config.option.collectonly:  # xdist collects in the controller then
         return False
-    return getattr(option, "dist", "no") != "no" and bool(getattr(option, "tx", None))
+    return distributes(config)
 
 
 def _cache_key(num_streams: int, kwargs: dict[str, Any]) -> Any:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from pytest_msched._options import MARKER_HELP, add_options
+from pytest_msched._pytest_internals import UntestedVersionWarning, untested_versions
 from pytest_msched._session import MschedSession
 
 # Fixture modules, registered with this plugin.  Add one line per module here. --------------
@@ -29,6 +30,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
+    for message in untested_versions():
+        config.issue_config_time_warning(UntestedVersionWarning(message), stacklevel=2)
     MschedSession.install(config)
 
 

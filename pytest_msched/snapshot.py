@@ -47,11 +47,19 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import syrupy.session
-from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
+from syrupy.extensions.single_file import SingleFileSnapshotExtension
 from syrupy.location import PyTestLocation
 from syrupy.report import SnapshotReport
 from syrupy.terminal import context_style, received_style, reset, snapshot_style
+
+from pytest_msched._syrupy_internals import (
+    TEXT_WRITE_MODE,
+    collected_items_by_nodeid,
+    extensions_by_location,
+    file_name_budget,
+    provided_test_paths,
+    report_class,
+)
 
 CONTEXT_LINES = 2
 
@@ -68,7 +76,7 @@ class ScheduledGraphExtension(SingleFileSnapshotExtension):
     """
 
     file_extension = "msched.txt"
-    _write_mode = WriteMode.TEXT
+    _write_mode = TEXT_WRITE_MODE
 
     def serialize(self, data: Any, **kwargs: Any) -> str:
         # msched (and torch) are imported when a test snapshots, not with the plugin: an
@@ -119,16 +127,6 @@ class ScheduledGraphExtension(SingleFileSnapshotExtension):
 
 # Unused snapshots ----------------------------------------------------------------------------
 
-#: What `IndexedSnapshotReport` needs of syrupy's report; without it (another syrupy version)
-#: the report is syrupy's own.
-_REPORT_METHODS = (
-    "_matches_location",
-    "_invalidate_selection_caches",
-    "_ran_items_match_location",
-    "_ran_items_match_name",
-    "_skipped_items_match_name",
-    "_directory_selection_allows_cleanup",
-)
 _KEPT_STATUSES = ("failed", "skipped", False)  # syrupy's ItemStatus values, False: not run
 
 
@@ -166,8 +164,7 @@ class _OwnerIndex:
 
     def _cut(self, name: str) -> str | None:
         """``name`` cut to the file-name budget, when syrupy cuts it."""
-        sanitize = getattr(self.extension, "_sanitize_filename", None)
-        budget = getattr(self.extension, "_max_stem_length", None)
+        sanitize, budget = file_name_budget(self.extension)
         if sanitize is None or budget is None:
             return None
         clean, limit = sanitize(name), budget()
@@ -209,7 +206,7 @@ class IndexedSnapshotReport(SnapshotReport):
     def _msched_kept_owners(self) -> _OwnerIndex:
         """The tests whose snapshots are kept: selected ones that did not pass (or run) and
         collected ones that were not selected (``-k``, ``-m``, ``--deselect``)."""
-        by_id = self._collected_items_by_nodeid
+        by_id = collected_items_by_nodeid(self)
         kept = [
             nodeid
             for nodeid, status in self.selected_items.items()
@@ -227,7 +224,7 @@ class IndexedSnapshotReport(SnapshotReport):
         }
         by_node = {
             PyTestLocation.module_path_key(Path(path))
-            for path, nodes in self._provided_test_paths.items()
+            for path, nodes in provided_test_paths(self).items()
             if nodes
         }
         return with_items - by_node
@@ -246,7 +243,7 @@ class IndexedSnapshotReport(SnapshotReport):
 
     def _indexed(self, snapshot_location: str) -> bool:
         """Whether the file is one whose owners the index finds."""
-        extension = self._extensions.get(snapshot_location)
+        extension = extensions_by_location(self).get(snapshot_location)
         return isinstance(extension, ScheduledGraphExtension) and (
             type(extension).matches_test_location.__func__  # type: ignore[attr-defined]
             is SingleFileSnapshotExtension.matches_test_location.__func__  # type: ignore[attr-defined]
@@ -277,25 +274,11 @@ class IndexedSnapshotReport(SnapshotReport):
         return self._owned(self._msched_kept_owners, snapshot_location, snapshot_name)
 
 
-def _report_has_hooks() -> bool:
-    fields = getattr(SnapshotReport, "__dataclass_fields__", {})
-    return "_extensions" in fields and all(hasattr(SnapshotReport, m) for m in _REPORT_METHODS)
-
-
 @contextlib.contextmanager
 def indexed_snapshot_report() -> Iterator[None]:
     """While this runs, syrupy's session builds an `IndexedSnapshotReport` at finish.
 
-    syrupy has no hook for its report class; ``SnapshotSession.finish`` looks up the name
-    ``SnapshotReport`` in ``syrupy.session`` when it runs, and the name is put back after.
-    Nothing changes for a syrupy without the methods the report overrides.
+    syrupy has no hook for its report class (`pytest_msched._syrupy_internals.report_class`).
     """
-    original = getattr(syrupy.session, "SnapshotReport", None)
-    if original is not SnapshotReport or not _report_has_hooks():
+    with report_class(IndexedSnapshotReport):
         yield
-        return
-    syrupy.session.SnapshotReport = IndexedSnapshotReport  # type: ignore[misc]
-    try:
-        yield
-    finally:
-        syrupy.session.SnapshotReport = original  # type: ignore[misc]

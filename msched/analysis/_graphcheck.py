@@ -20,6 +20,7 @@ from collections.abc import Iterator
 
 from torch.fx import Graph, Node
 
+from msched._torch_internals import node_inputs
 from msched.errors import InvalidGraphError
 
 
@@ -44,7 +45,7 @@ def _inputs_come_first(graph: Graph) -> bool:
     """Whether every node comes after each of its inputs that is a node of ``graph``."""
     seen: set[Node] = set()
     for node in graph.nodes:
-        for arg in node._input_nodes:  # torch.fx's dict of the node's inputs
+        for arg in node_inputs(node):  # torch.fx's dict of the node's inputs
             if arg not in seen and arg.graph is graph:
                 return False
         seen.add(node)
@@ -73,7 +74,7 @@ def _cycle_from(start: Node, position: dict[Node, int], done: set[Node]) -> list
     """
     path: list[Node] = [start]
     on_path: dict[Node, int] = {start: 0}
-    pending: list[Iterator[Node]] = [iter(start._input_nodes)]
+    pending: list[Iterator[Node]] = [iter(node_inputs(start))]
     while pending:
         for arg in pending[-1]:
             if arg in done or arg not in position:
@@ -82,7 +83,7 @@ def _cycle_from(start: Node, position: dict[Node, int], done: set[Node]) -> list
                 return path[on_path[arg] :]
             on_path[arg] = len(path)
             path.append(arg)
-            pending.append(iter(arg._input_nodes))
+            pending.append(iter(node_inputs(arg)))
             break
         else:
             pending.pop()

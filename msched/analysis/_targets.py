@@ -33,11 +33,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.fx.operator_schemas import get_signature_for_torch_op
 
+from msched._torch_internals import (
+    SIDE_EFFECTFUL_FUNCTIONS,
+    HigherOrderOperator,
+    OpOverload,
+    OpOverloadPacket,
+    has_forward_hooks,
+    qualified_name,
+    schema_of,
+    torch_says_impure,
+)
 from msched.errors import InvalidArgumentError
-
-_OpOverload = torch._ops.OpOverload
-_OpOverloadPacket = torch._ops.OpOverloadPacket
-_HigherOrderOperator = torch._ops.HigherOrderOperator
 
 # A written argument that can only be passed by keyword (``out=``) has this position.
 KEYWORD_ONLY = -1
@@ -257,7 +263,7 @@ _STORAGE_SWAPS = frozenset({"aten::set_"})
 
 def _is_target(op: Any) -> bool:
     """Whether ``op`` can be the target of a node: an op, a callable or a module."""
-    if isinstance(op, (_OpOverload, _OpOverloadPacket, _HigherOrderOperator, nn.Module)):
+    if isinstance(op, (OpOverload, OpOverloadPacket, HigherOrderOperator, nn.Module)):
         return True
     if isinstance(op, type):
         return issubclass(op, nn.Module)
@@ -323,10 +329,10 @@ def register_pure(op: Any) -> None:
 
 
 def _argument_names(op: Any) -> list[str] | None:
-    if isinstance(op, _OpOverload):
-        return [a.name for a in op._schema.arguments]
-    if isinstance(op, _OpOverloadPacket):
-        return sorted({a.name for o in op.overloads() for a in getattr(op, o)._schema.arguments})
+    if isinstance(op, OpOverload):
+        return [a.name for a in schema_of(op).arguments]
+    if isinstance(op, OpOverloadPacket):
+        return sorted({a.name for o in op.overloads() for a in schema_of(getattr(op, o)).arguments})
     try:
         return list(inspect.signature(op).parameters)
     except (TypeError, ValueError):
@@ -342,7 +348,7 @@ def _is_random(op: Any) -> bool:
 
 def overload_info(op: Any) -> _OpInfo:
     """The exact facts of one ``OpOverload``, from its schema and the registrations."""
-    schema = op._schema
+    schema = schema_of(op)
     args = schema.arguments
     hidden = _UNANNOTATED_WRITES.get(schema.name, ())
     writes = tuple((i, a.name) for i, a in enumerate(args) if _is_written(a) or a.name in hidden)
@@ -363,7 +369,7 @@ def overload_info(op: Any) -> _OpInfo:
         bool(writes)
         or schema.is_mutable
         or registered_side
-        or op in torch.fx.node._side_effectful_functions
+        or op in SIDE_EFFECTFUL_FUNCTIONS
         or _torch_says_impure(op)
     )
     return _OpInfo(
@@ -441,7 +447,7 @@ def schemas_info(schemas: Iterable[Any], random: bool = False) -> _OpInfo:
 def _torch_says_impure(target: Any) -> bool:
     """torch.fx's own purity rule (mutable schema, effectful or random ops), per target."""
     try:
-        return bool(torch._library.utils.is_impure(target))
+        return bool(torch_says_impure(target))
     except Exception:  # a target torch cannot classify: rely on our own rules
         return False
 
@@ -454,10 +460,10 @@ def packet_info(packet: Any) -> _OpInfo:
         return PLAIN
     if len(overloads) == 1 or registered:
         return overload_info(overloads[0] if len(overloads) == 1 else packet.default)
-    info = schemas_info((o._schema for o in overloads), any(map(_is_random, overloads)))
+    info = schemas_info((schema_of(o) for o in overloads), any(map(_is_random, overloads)))
     if packet in _REGISTERED_SIDE_EFFECTS:
         info = replace(info, side_effect=True, world=True)
-    if packet._qualified_op_name in _STORAGE_SWAPS:
+    if qualified_name(packet) in _STORAGE_SWAPS:
         info = replace(info, swaps_storage=True)
     return info
 
@@ -492,16 +498,16 @@ def _aten_packet(name: str) -> Any:
         packet = getattr(torch.ops.aten, name)
     except (AttributeError, RuntimeError):
         return None
-    return packet if isinstance(packet, _OpOverloadPacket) else None
+    return packet if isinstance(packet, OpOverloadPacket) else None
 
 
 def function_info(target: Any) -> _OpInfo:
     """What a ``call_function`` target does (cached per target)."""
     info = _OP_INFO_CACHE.get(target)
     if info is None:
-        if isinstance(target, _OpOverload):
+        if isinstance(target, OpOverload):
             info = overload_info(target)
-        elif isinstance(target, _OpOverloadPacket):
+        elif isinstance(target, OpOverloadPacket):
             info = packet_info(target)
         else:
             info = _callable_info(target)
@@ -518,7 +524,7 @@ def _callable_info(fn: Any) -> _OpInfo:
     if fn in _PURE_PYTHON:
         return PLAIN
     name = getattr(fn, "__name__", "")
-    if isinstance(fn, _HigherOrderOperator):
+    if isinstance(fn, HigherOrderOperator):
         if name.startswith("auto_functionalized"):  # functional: fresh outputs
             return _OpInfo(multi_output=True)
         return UNKNOWN
@@ -541,7 +547,7 @@ def _registered_callable_info(fn: Any) -> _OpInfo | None:
         params = _argument_names(fn) or []
         writes = tuple((params.index(n), n) for n in registered if n in params)
         return _OpInfo(writes=writes, side_effect=True, world=side)
-    if side or (fn in torch.fx.node._side_effectful_functions and fn not in _INPLACE_OPERATORS):
+    if side or (fn in SIDE_EFFECTFUL_FUNCTIONS and fn not in _INPLACE_OPERATORS):
         return _OpInfo(side_effect=True, world=True)
     return None
 
@@ -584,10 +590,7 @@ def inplace_variant(info: _OpInfo) -> _OpInfo:
 
 
 def _has_hooks(module: nn.Module) -> bool:
-    own = (module._forward_hooks, module._forward_pre_hooks)
-    hooks = torch.nn.modules.module
-    shared = (hooks._global_forward_hooks, hooks._global_forward_pre_hooks)
-    return any(own) or any(shared)
+    return has_forward_hooks(module)
 
 
 def getattr_info(attribute: object) -> _OpInfo:

@@ -22,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch.fx import Node
 
+from msched._torch_internals import OpOverload, OpOverloadPacket, qualified_name, schema_of
 from msched.analysis.effects import _VIEW_NAMES, _node_info, _op_info
 from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidArgumentError
@@ -90,10 +91,10 @@ def _op_name(node: Node) -> str:
     target = node.target
     if isinstance(target, str):
         return target.lower()
-    if isinstance(target, torch._ops.OpOverload):
-        return target._schema.name.split("::")[-1].lower()
-    if isinstance(target, torch._ops.OpOverloadPacket):
-        return target._qualified_op_name.split("::")[-1].lower()
+    if isinstance(target, OpOverload):
+        return schema_of(target).name.split("::")[-1].lower()
+    if isinstance(target, OpOverloadPacket):
+        return qualified_name(target).split("::")[-1].lower()
     return str(getattr(target, "__name__", target)).lower()
 
 

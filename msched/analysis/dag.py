@@ -24,6 +24,7 @@ from functools import cached_property
 
 from torch.fx import Graph, GraphModule, Node
 
+from msched._torch_internals import node_inputs
 from msched.analysis._graphcheck import check_acyclic
 from msched.analysis.effects import Effects, compute_effects
 from msched.analysis.nodes import INPUT_OPS, graph_of
@@ -150,7 +151,7 @@ def dependency_edges(
     written = {s for w in map(writes.get, nodes) if w for s in w}
     world: Node | None = None  # the last side effect that writes no tensor of the graph
     for node in nodes:
-        deps = dict.fromkeys(node._input_nodes, DATA)  # torch.fx's dict of the node's inputs
+        deps = dict.fromkeys(node_inputs(node), DATA)  # torch.fx's dict of the node's inputs
         read = reads[node]
         if read and not written.isdisjoint(read):
             hazardous = [s for s in read if s in written]

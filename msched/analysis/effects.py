@@ -38,6 +38,13 @@ from typing import Any
 import torch
 from torch.fx import Graph, Node
 
+from msched._torch_internals import (
+    OpOverload,
+    OpOverloadPacket,
+    node_inputs,
+    schema_of,
+    storage_id,
+)
 from msched.analysis._targets import (  # noqa: F401  (registries and the view table are re-exported)
     _OP_INFO_CACHE,
     _REGISTERED_MUTATIONS,
@@ -67,10 +74,6 @@ __all__ = [
     "register_side_effect",
 ]
 
-_OpOverload = torch._ops.OpOverload
-_OpOverloadPacket = torch._ops.OpOverloadPacket
-# The C method itself: fake tensors' Python override adds only a __torch_function__ check.
-_untyped_storage = torch._C.TensorBase.untyped_storage
 
 #: The ``node.meta`` key that says which placeholders are one storage.
 STORAGE_META = "msched_storage"
@@ -177,7 +180,7 @@ class _Walk:
 
     def input_roots(self, node: Node) -> tuple[Node, ...]:
         """The storages of ``node``'s inputs, deduplicated, in argument order."""
-        inputs = node._input_nodes  # torch.fx's own dict of a node's inputs
+        inputs = node_inputs(node)  # torch.fx's own dict of a node's inputs
         root = self.root
         if self.aliases:
             return self.expand([root[i] for i in inputs])
@@ -394,7 +397,7 @@ def _storage_identity(value: torch.Tensor) -> int | None:
     views of one buffer included; the ``meta`` that holds them keeps the storage alive, so the
     id is not reused while the graph exists), or None for tensors without a storage."""
     try:
-        return int(_untyped_storage(value)._cdata)
+        return storage_id(value)
     except Exception:  # sparse, nested or wrapper subclasses: no storage to compare
         return None
 
@@ -498,7 +501,7 @@ def _compute(graph: Graph, by_storage: bool, views: Mapping[Node, Node]) -> Effe
                     if info.plain_side_effect:  # stream ops, prints: they must run
                         walk.side_effect(node, info)
                     root[node] = node
-                    inputs = node._input_nodes  # torch.fx's own dict of a node's inputs
+                    inputs = node_inputs(node)  # torch.fx's own dict of a node's inputs
                     if aliases:
                         reads[node] = walk.input_roots(node)
                     elif len(inputs) == 1:
@@ -561,10 +564,10 @@ def produces_tensor(node: Node) -> bool:
         return isinstance(val, torch.Tensor)
     if node.op == "call_function":
         target = node.target
-        if isinstance(target, _OpOverloadPacket):
+        if isinstance(target, OpOverloadPacket):
             target = _default_overload(target)
-        if isinstance(target, _OpOverload):
-            rets = target._schema.returns
+        if isinstance(target, OpOverload):
+            rets = schema_of(target).returns
             return len(rets) == 1 and str(rets[0].type) == "Tensor"
         if target is operator.getitem:
             return _getitem_is_tensor(node)
@@ -590,8 +593,8 @@ def _getitem_is_tensor(node: Node) -> bool:
     if not isinstance(parent, Node) or parent.op != "call_function":
         return False
     target = parent.target
-    if isinstance(target, _OpOverload):
-        rets = target._schema.returns
+    if isinstance(target, OpOverload):
+        rets = schema_of(target).returns
         if len(rets) == 1:
             return str(rets[0].type) in ("List[Tensor]", "Tensor[]")
         index = node.args[1]

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 from torch.fx import Node
 
+from msched._torch_internals import node_inputs
+
 
 @dataclass(frozen=True)
 class UnsafeUse:
@@ -96,7 +98,7 @@ def _last_and_cross_uses(
                 on_stream[s] = [pos]
             else:
                 positions.append(pos)
-        for alias in user._input_nodes:  # torch.fx's dict of the node's inputs
+        for alias in node_inputs(user):  # torch.fx's dict of the node's inputs
             r = root_of(alias, alias)
             if r not in seq:
                 continue  # a graph input, or allocated by the preamble: owned by the caller

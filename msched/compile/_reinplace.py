@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from torch.fx import Graph, GraphModule, Node
 
+from msched._torch_internals import OpOverload, is_tensorlist_like, schema_of
 from msched.analysis.effects import compute_effects
 from msched.errors import ReinplaceError
 
@@ -82,7 +83,7 @@ class _Call:
     """
 
     node: Node
-    op: torch._ops.OpOverload
+    op: OpOverload
     arguments: dict[str, Any]
     bases: tuple[Any, ...]
     num_results: int
@@ -121,7 +122,7 @@ def reinplace(gm: GraphModule) -> int:
 
 def _describe(node: Node) -> str:
     op = node.args[0] if node.args else None
-    name = str(op._schema.name) if isinstance(op, torch._ops.OpOverload) else repr(op)
+    name = str(schema_of(op).name) if isinstance(op, OpOverload) else repr(op)
     return f"{name} (node {node.name!r}, {node.target})"
 
 
@@ -131,9 +132,9 @@ def _fail(node: Node, why: str) -> ReinplaceError:
 
 def _decode(node: Node) -> _Call:
     op = node.args[0] if node.args else node.kwargs.get("_mutable_op")
-    if not isinstance(op, torch._ops.OpOverload):
+    if not isinstance(op, OpOverload):
         raise _fail(node, "the mutated callable is not an operator overload")
-    returns = op._schema.returns
+    returns = schema_of(op).returns
     if node.target is _V2 and torch.Tag.out in op.tags:
         return _Call(node, op, _decode_v2_out(node, op), (), len(returns), len(returns) == 1)
     num_results = len(returns) if len(returns) > 1 else 1
@@ -149,7 +150,7 @@ def _mutable(arg: Any) -> bool:
 
 
 def _is_tensor_list(arg: Any) -> bool:
-    return bool(torch._library.utils.is_tensorlist_like_type(arg.type))
+    return bool(is_tensorlist_like(arg.type))
 
 
 def _plain_argument(node: Node, arg: Any, kwargs: dict[str, Any]) -> Any:
@@ -165,7 +166,7 @@ def _decode_v2(node: Node, op: Any) -> tuple[dict[str, Any], tuple[Any, ...]]:
     bases: tuple[Any, ...] = tuple(kwargs.pop("_all_bases", None) or ())
     kwargs.pop("_only_clone_these_bases", None)
     arguments: dict[str, Any] = {}
-    for arg in op._schema.arguments:
+    for arg in schema_of(op).arguments:
         if not _mutable(arg):
             arguments[arg.name] = _plain_argument(node, arg, kwargs)
         elif _is_tensor_list(arg):
@@ -192,7 +193,7 @@ def _decode_v2_out(node: Node, op: Any) -> dict[str, Any]:
     if kwargs.pop("_all_bases", None):
         raise _fail(node, "an out= operator with _all_bases")
     arguments: dict[str, Any] = {}
-    for arg in op._schema.arguments:
+    for arg in schema_of(op).arguments:
         if _mutable(arg):
             keys = ("size", "stride", "dtype", "device")
             arguments[arg.name] = _Fresh(*(_pop(node, kwargs, f"_{arg.name}_{k}") for k in keys))
@@ -235,10 +236,10 @@ def _read_view(node: Node, kwargs: dict[str, Any], prefix: str, bases: tuple[Any
 def _decode_v1(node: Node, op: Any) -> tuple[dict[str, Any], tuple[Any, ...]]:
     kwargs = dict(node.kwargs)
     kwargs.pop("_only_clone_these_tensors", None)
-    arguments = {arg.name: _plain_argument(node, arg, kwargs) for arg in op._schema.arguments}
+    arguments = {arg.name: _plain_argument(node, arg, kwargs) for arg in schema_of(op).arguments}
     if kwargs:
         raise _fail(node, f"unknown keyword arguments {sorted(kwargs)}")
-    mutated = [a for a in op._schema.arguments if _mutable(a)]
+    mutated = [a for a in schema_of(op).arguments if _mutable(a)]
     if any(_is_tensor_list(a) for a in mutated):
         raise _fail(
             node,
@@ -360,7 +361,7 @@ def _materialize(graph: Graph, value: Any) -> Any:
 def _call_arguments(graph: Graph, call: _Call) -> tuple[tuple[Any, ...], dict[str, Any]]:
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
-    for arg in call.op._schema.arguments:
+    for arg in schema_of(call.op).arguments:
         value = _materialize(graph, call.arguments[arg.name])
         if arg.kwarg_only:
             kwargs[arg.name] = value
@@ -379,7 +380,7 @@ def _check_uses(call: _Call) -> None:
             raise _fail(call.node, f"{user.name!r} uses its result other than by index")
         if not 0 <= k < call.num_results + len(call.bases):
             raise _fail(call.node, f"{user.name!r} reads output {k}, which it does not have")
-        if k < call.num_results and not call.op._schema.returns and user.users:
+        if k < call.num_results and not schema_of(call.op).returns and user.users:
             raise _fail(call.node, f"{user.name!r} uses the result of an op returning ()")
 
 
@@ -387,7 +388,7 @@ def _rewrite(graph: Graph, call: _Call) -> None:
     node = call.node
     with graph.inserting_before(node):
         args, kwargs = _call_arguments(graph, call)
-        name = str(call.op._schema.name).split("::")[-1]
+        name = str(schema_of(call.op).name).split("::")[-1]
         inplace = graph.create_node("call_function", call.op, args, kwargs, name=name)
     inplace.meta.update({k: v for k, v in node.meta.items() if k != "val"})
     val = node.meta.get("val")

@@ -51,6 +51,13 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.split_module import split_module
 
+from msched._torch_internals import (
+    OpOverload,
+    OpOverloadPacket,
+    aot_module_simplified,
+    backend_compiler_failed,
+    schema_of,
+)
 from msched.analysis.cost import CostModel, check_cost_model
 from msched.analysis.effects import STORAGE_META, Effects, compute_effects
 from msched.analysis.nodes import INPUT_OPS
@@ -136,8 +143,6 @@ class MschedBackend:
         return tuple(p for g in self._graphs for p in g.pieces)
 
     def __call__(self, gm: GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        from torch._functorch.aot_autograd import aot_module_simplified
-
         return aot_module_simplified(
             gm,
             example_inputs,
@@ -210,7 +215,7 @@ def backend(
     return MschedBackend(config)
 
 
-_OP_KINDS = (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
+_OP_KINDS = (OpOverload, OpOverloadPacket)
 _QUALIFIED_NAME = re.compile(r"[A-Za-z_]\w*::[A-Za-z_]\w*(\.[A-Za-z_]\w*)?")
 # How Python prints an op: ``aten.mm.default``, ``torch.ops.aten.mm`` (namespace.name[.overload])
 _DOTTED_NAME = re.compile(r"(?:torch\.ops\.)?([A-Za-z_]\w*)\.([A-Za-z_]\w*)(\.[A-Za-z_]\w*)?")
@@ -308,9 +313,9 @@ def _is_split_op(node: Node, split_ops: tuple[Any, ...]) -> bool:
 
 def _has_name(target: Any, name: Any) -> bool:
     """Whether the op ``target`` is the one the qualified name ``name`` stands for."""
-    if not isinstance(name, str) or not isinstance(target, torch._ops.OpOverload):
+    if not isinstance(name, str) or not isinstance(target, OpOverload):
         return False
-    schema = target._schema
+    schema = schema_of(target)
     if "." not in name:
         return bool(schema.name == name)
     return f"{schema.name}.{schema.overload_name or 'default'}" == name
@@ -449,18 +454,18 @@ def compile_and_run(
     """``torch.compile(model, backend=b)``, called once on ``inputs``; returns ``b`` and the
     compiled callable.
 
-    Runs under ``torch.no_grad()`` (inference), after ``torch._dynamo.reset()`` so that an
+    Runs under ``torch.no_grad()`` (inference), after ``torch.compiler.reset()`` so that an
     earlier compilation of the same code can neither be reused nor exhaust dynamo's
     recompile limit (other compiled functions recompile on their next call).  In-place
     inputs (capture buffers) are written by the run.  msched's errors raised while compiling
     are re-raised unwrapped; a model dynamo runs eagerly raises `MschedError`.
     """
-    torch._dynamo.reset()
+    torch.compiler.reset()
     compiled = torch.compile(model, backend=b)
     try:
         with torch.no_grad():
             compiled(*inputs)
-    except torch._dynamo.exc.BackendCompilerFailed as failed:
+    except backend_compiler_failed() as failed:
         inner = getattr(failed, "inner_exception", None)
         if isinstance(inner, MschedError):
             raise inner from failed

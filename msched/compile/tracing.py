@@ -20,7 +20,6 @@ trace on a CPU-only machine.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 import torch
 from torch.fx import GraphModule
 
+from msched._torch_internals import aot_autograd, dynamo_current_stream, dynamo_external_objects
 from msched.errors import InvalidArgumentError
 from msched.proof.torch_streams import CALLER_META
 
@@ -52,7 +52,7 @@ def trace_streams(
     while tracing (a fresh CPU stream when None); its table indices (Dynamo registers it as
     the current stream, and again where the code names it) are recorded in
     ``gm.meta["msched_caller_stream"]`` (None when it has none).  Resets Dynamo's caches
-    first (``torch._dynamo.reset()``), so a function traced before is traced again.
+    first (``torch.compiler.reset()``), so a function traced before is traced again.
 
     Raises `msched.InvalidArgumentError` for a bad argument, and when ``fn`` cannot be traced
     in one graph (the message says why; ``torch.cuda`` names on a CPU-only machine need
@@ -73,7 +73,7 @@ def trace_streams(
     else:
         caller = _new_caller_stream()
     capture = _Capture(stage, caller)
-    torch._dynamo.reset()
+    torch.compiler.reset()
     compiled = torch.compile(fn, backend=capture, fullgraph=True)
     with _registered_caller(caller), caller, torch.no_grad():
         try:
@@ -83,7 +83,7 @@ def trace_streams(
                 raise InvalidArgumentError(_why_not(fn, error)) from error
             # The graph was captured; what failed is the call of its stand-in (it returns
             # placeholders for the graph's outputs, and the code around it may use them).
-    torch._dynamo.reset()
+    torch.compiler.reset()
     if capture.graph is None:
         raise InvalidArgumentError(
             f"{getattr(fn, '__qualname__', type(fn).__name__)} ran no tensor operation on "
@@ -115,8 +115,6 @@ class _Capture:
                 found.append(inner)
                 return _stand_in(inner)
 
-            from torch._dynamo.backends.common import aot_autograd
-
             aot_autograd(fw_compiler=keep)(gm, example_inputs)
             graph = found[0]
         else:
@@ -136,9 +134,7 @@ def _stand_in(gm: GraphModule) -> Callable[..., Any]:
 
 def _table() -> dict[int, Any]:
     """Dynamo's table of external objects (streams, events) as it is while a graph compiles."""
-    from torch._dynamo import graph_bytecode_inputs as table
-
-    return {i: ref() for i, ref in table.index_to_external_object_weakref.items()}
+    return dynamo_external_objects()
 
 
 @contextlib.contextmanager
@@ -148,37 +144,8 @@ def _registered_caller(caller: torch.Stream) -> Iterator[None]:
     if torch.accelerator.is_available():
         yield
         return
-    import torch._dynamo.guards as guards
-    import torch._dynamo.utils as utils
-    from torch._dynamo import graph_bytecode_inputs as table
-    from torch._dynamo.source import CurrentStreamSource
-    from torch._dynamo.variables import streams
-    from torch._dynamo.variables.lazy import LazyVariableTracker
-
-    state = streams.SymbolicStreamState
-    original_init = state.__init__
-    original_current = (utils.get_current_stream, guards.get_current_stream)
-
-    def init(self: Any) -> None:
-        table.reset_user_object_tracking()
-        source = CurrentStreamSource(caller.device)
-        index = table.register_user_object(caller, source)
-        variable = LazyVariableTracker.create(caller, source=source)
-        variable.user_object_index = index  # type: ignore[attr-defined]
-        self.cur_stream_stack = collections.deque([variable])
-
-    def current(device: Any) -> Any:
-        if torch.device(device).type == caller.device.type:
-            return caller
-        return original_current[0](device)
-
-    state.__init__ = init  # type: ignore[method-assign]
-    utils.get_current_stream = guards.get_current_stream = current
-    try:
+    with dynamo_current_stream(caller):
         yield
-    finally:
-        state.__init__ = original_init  # type: ignore[method-assign]
-        utils.get_current_stream, guards.get_current_stream = original_current
 
 
 def _why_not(fn: Callable[..., Any], error: Exception) -> str:

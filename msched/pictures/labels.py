@@ -13,9 +13,9 @@ from __future__ import annotations
 import operator
 import re
 
-import torch
 from torch.fx import Node
 
+from msched._torch_internals import OpOverload, OpOverloadPacket
 from msched.analysis.nodes import INPUT_OPS
 from msched.pictures.view import View
 
@@ -48,7 +48,7 @@ def json_number(x: float) -> float | int:
 def target_name(node: Node) -> str:
     """The name of what ``node`` calls: ``aten.mm.default``, ``getitem``, ``torch.relu``."""
     target = node.target
-    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+    if isinstance(target, (OpOverload, OpOverloadPacket)):
         return str(target)
     if isinstance(target, str):
         return target

@@ -23,6 +23,7 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 
 from msched import ops
+from msched._torch_internals import OpOverload, OpOverloadPacket, qualified_name, schema_of
 from msched.analysis.nodes import graph_of
 from msched.errors import InvalidArgumentError, InvalidGraphError, MschedError
 from msched.limits import MAX_STREAMS
@@ -35,10 +36,10 @@ KINDS = FOUR_OPS  # the four-op shape's ops, by name (kept for older imports)
 
 
 def _qualified_name(target: Any) -> str | None:
-    if isinstance(target, torch._ops.OpOverload):
-        return str(target._schema.name)
-    if isinstance(target, torch._ops.OpOverloadPacket):
-        return str(target._qualified_op_name)
+    if isinstance(target, OpOverload):
+        return str(schema_of(target).name)
+    if isinstance(target, OpOverloadPacket):
+        return str(qualified_name(target))
     return None
 
 

@@ -26,8 +26,8 @@ from typing import Any, TypeVar
 
 import torch
 from torch.fx import GraphModule, Interpreter, Node
-from torch.utils._pytree import tree_flatten, tree_map
 
+from msched._torch_internals import storage_id, tree_flatten, tree_map
 from msched.analysis._graphcheck import check_acyclic
 from msched.errors import InvalidArgumentError
 from msched.limits import positive_int
@@ -394,10 +394,9 @@ class _State:
         storages: dict[int, torch.UntypedStorage] = {}
         for tensor in _tensors_of(holders):
             try:
-                storage = tensor.untyped_storage()
+                storages.setdefault(storage_id(tensor), tensor.untyped_storage())
             except Exception:  # a tensor without storage of its own: nothing to put back
                 continue
-            storages.setdefault(storage._cdata, storage)
         self.saved = [(s, s.clone()) for s in storages.values()]
 
     def trial(self, body: Callable[..., T], *args: Any) -> T:

@@ -42,6 +42,7 @@ from typing import cast
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_arg
 
+from msched._torch_internals import node_inputs
 from msched.analysis._graphcheck import check_acyclic
 from msched.analysis.dag import (
     DATA,
@@ -254,7 +255,7 @@ def _check_foreign_inputs(program: StreamProgram, found: _Found) -> None:
     """A node that uses a node of another graph reads a name its code never defines."""
     members = program.stream_of  # every node of the graph
     for step in program.steps:
-        for arg in step.node._input_nodes:  # torch.fx's dict of the node's inputs
+        for arg in node_inputs(step.node):  # torch.fx's dict of the node's inputs
             if arg not in members:
                 found.add(
                     "missing-node",

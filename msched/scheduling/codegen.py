@@ -3,7 +3,8 @@
 `direct_stream_calls(gm)` gives ``gm.graph`` a code generator whose Python source calls
 `msched.ops.direct_set_stream` (and the three others) where the default one writes
 ``torch.ops.msched.set_stream.default``; everything else of the source is the graph's own
-code generator's (a ``_PyTreeCodeGen`` of an exported graph stays one).  The graph itself is
+code generator's (the pytree code generator of an exported graph stays one; FX's private
+code-generation hook is reached through `msched._torch_internals`).  The graph itself is
 unchanged: its nodes keep the ops as targets, so every reader of the graph (verify, the
 snapshots, re-tracing with ``make_fx`` or ``torch.compile``) sees the ops, and the direct
 calls fall back to the ops wherever anything could intercept them (`msched.ops`).
@@ -24,21 +25,25 @@ its call through the dispatcher.
 
 from __future__ import annotations
 
-from typing import Any
-
 from torch.fx import GraphModule
-from torch.fx.graph import CodeGen, PythonCode, _Namespace, _PyTreeCodeGen, _register_custom_builtin
+from torch.fx.graph import CodeGen
 
 from msched import ops
+from msched._torch_internals import (
+    PyTreeCodeGen,
+    SourceRewriting,
+    codegen_of,
+    register_custom_builtin,
+)
 
 # For each stream op: how the default code generator writes its call (each node is an
 # assignment: ``set_stream_3 = torch.ops.msched.set_stream.default(1, [4])``), and the name
 # of its direct function in generated code.
 _CALLS: list[tuple[str, str]] = []
 for _op, _fn in ops.DIRECT_CALLS.items():
-    _name = f"msched_{_op._overloadpacket.__name__}"
-    _CALLS.append((f" = torch.ops.msched.{_op._overloadpacket.__name__}.default(", _name))
-    _register_custom_builtin(_name, f"from msched.ops import {_fn.__name__} as {_name}", _fn)
+    _name = f"msched_{_op.overloadpacket.__name__}"
+    _CALLS.append((f" = torch.ops.msched.{_op.overloadpacket.__name__}.default(", _name))
+    register_custom_builtin(_name, f"from msched.ops import {_fn.__name__} as {_name}", _fn)
 
 
 def _names_something(src: str, name: str) -> bool:
@@ -53,23 +58,16 @@ def _names_something(src: str, name: str) -> bool:
     return False
 
 
-class DirectStreamCalls:
+class DirectStreamCalls(SourceRewriting):
     """Mixed in before a graph's code generator class (`direct_stream_calls`)."""
 
     __slots__ = ()
 
-    def _gen_python_code(
-        self, nodes: Any, root_module: str, namespace: _Namespace, **kwargs: Any
-    ) -> PythonCode:
-        code: PythonCode = super()._gen_python_code(  # type: ignore[misc]
-            nodes, root_module, namespace, **kwargs
-        )
-        src = code.src
+    def rewrite_source(self, src: str) -> str:
         for call, name in _CALLS:  # str.replace: a regular expression is 10x slower here
             if call in src and not _names_something(src, name):
                 src = src.replace(call, f" = {name}(")
-        code.src = src
-        return code
+        return src
 
 
 class DirectStreamCallsCodeGen(DirectStreamCalls, CodeGen):
@@ -78,7 +76,7 @@ class DirectStreamCallsCodeGen(DirectStreamCalls, CodeGen):
     __slots__ = ()
 
 
-class DirectStreamCallsPyTreeCodeGen(DirectStreamCalls, _PyTreeCodeGen):
+class DirectStreamCallsPyTreeCodeGen(DirectStreamCalls, PyTreeCodeGen):  # type: ignore[misc]
     """The code generator of exported graphs (pytree inputs and outputs), with direct calls."""
 
     __slots__ = ()
@@ -87,7 +85,7 @@ class DirectStreamCallsPyTreeCodeGen(DirectStreamCalls, _PyTreeCodeGen):
 # Other code generators get a class made here (whose graphs, unlike these, cannot be pickled).
 _CLASSES: dict[type, type] = {
     CodeGen: DirectStreamCallsCodeGen,
-    _PyTreeCodeGen: DirectStreamCallsPyTreeCodeGen,
+    PyTreeCodeGen: DirectStreamCallsPyTreeCodeGen,
 }
 
 
@@ -120,7 +118,7 @@ def direct_stream_calls(gm: GraphModule, *, recompile: bool = True) -> GraphModu
     error raised.
     """
     graph = gm.graph
-    old = graph._codegen
+    old = codegen_of(graph)
     codegen = _with_direct_calls(old)
     if codegen is not old:
         graph.set_codegen(codegen)

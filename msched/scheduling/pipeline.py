@@ -11,6 +11,7 @@ from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_arg
 
 from msched import ops
+from msched._torch_internals import codegen_of
 from msched.analysis.cost import CostModel, DefaultCostModel, check_cost_model
 from msched.analysis.dag import Dag, build_dag
 from msched.analysis.nodes import node_named
@@ -89,11 +90,11 @@ class _GraphSnapshot:
         rows = tuple(
             (n, n.op, n.target, n.args, n.kwargs, n.type, dict(n.meta)) for n in graph.nodes
         )
-        return cls(rows, graph._codegen)
+        return cls(rows, codegen_of(graph))
 
     def graph(self) -> Graph:
         copy = Graph()
-        copy._codegen = self.codegen
+        copy.set_codegen(self.codegen)
         env: dict[Node, Node] = {}
         for node, op, target, args, kwargs, type_, meta in self.rows:
             new = copy.create_node(
@@ -175,7 +176,7 @@ def schedule(
 
 def _rewrite(gm: GraphModule, dag: Dag, assignment: Assignment) -> tuple[int, int, dict[Node, int]]:
     graph = gm.graph
-    codegen = graph._codegen
+    codegen = codegen_of(graph)
     try:
         emission = plan_emission(graph, dag, assignment)
         relink(graph, emission.order)

@@ -14,10 +14,9 @@ from __future__ import annotations
 from torch import nn
 from torch.fx import Graph, GraphModule
 
-try:
-    from torch.fx._lazy_graph_module import _LazyGraphModule as _LazyModule
-except ImportError:  # pragma: no cover - torch without lazy graph modules
-    _LazyModule = GraphModule  # type: ignore[misc, assignment]
+from msched._torch_internals import LazyGraphModule
+
+_LazyModule: type[GraphModule] = LazyGraphModule or GraphModule
 
 
 def lazy_graph_module(root: nn.Module, graph: Graph, class_name: str) -> GraphModule:

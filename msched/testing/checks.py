@@ -27,6 +27,7 @@ from typing import Any
 from torch.fx import Graph, GraphModule, Node
 
 import msched
+from msched._torch_internals import OpOverload, schema_of
 from msched.analysis.cost import CostModel
 from msched.analysis.effects import compute_effects
 from msched.errors import MschedError
@@ -253,7 +254,7 @@ def capture_columns(node: Node) -> slice:
 
 
 def _bound_args(node: Node) -> dict[str, Any]:
-    schema = getattr(node.target, "_schema", None)
+    schema = schema_of(node.target) if isinstance(node.target, OpOverload) else None
     names = [a.name for a in schema.arguments] if schema is not None else []
     bound = dict(zip(names, node.args, strict=False))
     bound.update(node.kwargs)

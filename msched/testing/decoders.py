@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 from torch.fx import Graph, GraphModule, Node
 
+from msched._torch_internals import FunctionSchema, OpOverload, OpOverloadPacket, schema_of
 from msched.errors import InvalidArgumentError
 from msched.limits import positive_int
 from msched.testing._lazy import lazy_graph_module
@@ -42,7 +43,7 @@ CAPTURE_SCHEMA = "(Tensor(a!) dest, Tensor src, int start, int end) -> ()"
 _CAPTURE_KINDS = (("Tensor",), ("Tensor",), ("int", "SymInt"), ("int", "SymInt"))
 
 
-def capture_overload(op: object = None) -> torch._ops.OpOverload:
+def capture_overload(op: object = None) -> OpOverload:
     """The capture op ``op`` names, checked: an op with the schema `CAPTURE_SCHEMA`, whatever
     its argument names, that writes its second argument into ``first[..., start:end]``
     (msched's ``inplace_slice_copy`` for None).
@@ -55,25 +56,25 @@ def capture_overload(op: object = None) -> torch._ops.OpOverload:
     if op is None:
         return torch.ops.msched.inplace_slice_copy.default
     overload = op
-    if isinstance(overload, torch._ops.OpOverloadPacket):
+    if isinstance(overload, OpOverloadPacket):
         overload = getattr(overload, "default", overload)
     overload = getattr(overload, "_opoverload", overload)  # a torch.library.custom_op
-    if not isinstance(overload, torch._ops.OpOverload):
+    if not isinstance(overload, OpOverload):
         raise InvalidArgumentError(
             f"capture_op must be a torch op with the schema {CAPTURE_SCHEMA} "
             f"(e.g. torch.ops.myengine.inplace_slice_copy.default), got {op!r}"
         )
-    problem = _capture_schema_problem(overload._schema)
+    problem = _capture_schema_problem(schema_of(overload))
     if problem is not None:
         raise InvalidArgumentError(
-            f"capture_op {overload} has the schema {overload._schema}: {problem}; a capture op "
-            f"has the schema {CAPTURE_SCHEMA} (any argument names; arguments with defaults may "
-            "follow) and writes src into dest[..., start:end]"
+            f"capture_op {overload} has the schema {schema_of(overload)}: {problem}; a capture "
+            f"op has the schema {CAPTURE_SCHEMA} (any argument names; arguments with defaults "
+            "may follow) and writes src into dest[..., start:end]"
         )
     return overload
 
 
-def _capture_schema_problem(schema: torch._C.FunctionSchema) -> str | None:
+def _capture_schema_problem(schema: FunctionSchema) -> str | None:
     """What is wrong with ``schema`` for a capture op, or None."""
     arguments = list(schema.arguments)
     head, rest = arguments[: len(_CAPTURE_KINDS)], arguments[len(_CAPTURE_KINDS) :]
@@ -157,7 +158,7 @@ class _Builder:
     """Appends the nodes of one decoder stack to an FX graph (one method per block)."""
 
     def __init__(
-        self, hidden: int, seed: int, capture_kwargs: bool, capture_op: torch._ops.OpOverload
+        self, hidden: int, seed: int, capture_kwargs: bool, capture_op: OpOverload
     ) -> None:
         self.graph = Graph()
         self.root = nn.Module()
@@ -318,7 +319,7 @@ def _build(
     hidden: int,
     seed: int,
     capture_kwargs: bool,
-    capture_op: torch._ops.OpOverload,
+    capture_op: OpOverload,
     class_name: str,
 ) -> tuple[GraphModule, Node, list[Node], dict[str, int]]:
     """The module of one stack (its code not generated yet), ``dest``, captures, layers.

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import msched
-from msched.proof.dialects import Dialect, interpret
+from msched.proof.dialects import Dialect, interpret, target_key
 
 side = torch.Stream(device="cpu")
 done = torch.Event(device="cpu")
@@ -316,3 +316,39 @@ def test_a_report_names_the_pytorch_table_index_of_each_stream() -> None:
     report = msched.verify(msched.trace_streams(side_stream_without_any_sync, inputs()[0]))
     assert report.legend == ("stream 1 = PyTorch stream table index 1",)
     assert "where stream 1 = PyTorch stream table index 1" in str(report)
+
+
+# The AOT graph of the same code differs between the tested torch releases (2.13, 2.14): 2.14
+# also wraps the first wait of the side stream in ``control_deps`` (ordered after the record
+# it waits for), where 2.13 leaves it bare.  The torch dialect reads both; verify agrees.
+AOT_OPS_OF_JOINED_WITH_EVENTS = {
+    (2, 13): [
+        "streams::record_event", "streams::wait_event", "aten::relu", "aten::mul",
+        "control_deps", "getitem", "control_deps", "aten::add",
+    ],
+    (2, 14): [
+        "streams::record_event", "control_deps", "aten::relu", "aten::mul",
+        "control_deps", "getitem", "control_deps", "getitem", "aten::add",
+    ],
+}  # fmt: skip
+
+
+def test_after_aot_torch_2_14_also_wraps_the_first_wait_and_both_are_race_free() -> None:
+    release = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+    expected = AOT_OPS_OF_JOINED_WITH_EVENTS.get(release)
+    if expected is None:
+        pytest.fail(f"torch {torch.__version__} is not a tested release: add its AOT graph here")
+    gm = msched.trace_streams(joined_with_events, inputs()[0], stage="aot")
+    ops = [target_key(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert ops == expected, f"torch {torch.__version__} changed the AOT graph of stream code"
+    wrapped = [
+        [target_key(m.target) for m in getattr(gm, n.args[1].target).graph.nodes]
+        for n in gm.graph.nodes
+        if target_key(n.target) == "control_deps"
+    ]
+    waits = sum(ops.count("streams::wait_event") for ops in wrapped)
+    assert waits == (1 if release == (2, 13) else 2)
+    program = interpret(gm)
+    syncs = [s.kind for s in program.steps if s.kind in ("record_event", "wait_event")]
+    assert syncs == ["record_event", "wait_event", "record_event", "wait_event"]
+    assert msched.verify(gm).ok

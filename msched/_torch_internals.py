@@ -1,0 +1,272 @@
+"""Every private torch interface msched uses, and the torch versions msched is tested with.
+
+Where torch has no public API for what msched needs, msched reaches into its internals: FX's
+code generator (direct stream calls), Dynamo's table of streams and events (`trace_streams` on
+CPU), the dispatcher's mode and profiler flags (`msched.ops`), op schemas, FX's own dict of a
+node's inputs.  Each such use goes through a name defined here and nowhere else, so that a
+torch release that changes one breaks this module only, and ``tests/msched/test_torch_internals.py``
+names the interface that changed and the torch version that changed it.
+
+Tested range: ``TORCH_TESTED`` (``pyproject.toml`` requires exactly it; CI runs the whole suite
+on its lowest and highest release).  Importing msched with a torch outside it warns once
+(`msched.UntestedVersionWarning`, naming the installed version and the range); an interface
+found missing raises `msched.TorchInternalsError` naming it, when it is first needed: at
+import for those every schedule uses, when called for the Dynamo ones (`trace_streams`).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import importlib
+import operator
+import re
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.fx.graph as _fx_graph
+import torch.fx.node as _fx_node
+from torch.fx import Graph, Node
+
+from msched.errors import TorchInternalsError, UntestedVersionWarning
+
+#: The torch releases msched is tested with: at least the first, below the second.
+TORCH_TESTED = ((2, 13), (2, 15))
+
+
+def tested_range() -> str:
+    """``torch>=2.13,<2.15``: the requirement ``pyproject.toml`` states."""
+    low, high = (".".join(map(str, v)) for v in TORCH_TESTED)
+    return f"torch>={low},<{high}"
+
+
+def untested_version_message(version: Any = None) -> str | None:
+    """Why ``version`` (the installed torch's by default) is outside `TORCH_TESTED`, or None."""
+    version = torch.__version__ if version is None else version
+    found = re.match(r"(\d+)\.(\d+)", str(version))
+    release = (int(found[1]), int(found[2])) if found else (0, 0)
+    if TORCH_TESTED[0] <= release < TORCH_TESTED[1]:  # a 2.15 pre-release is 2.15 here
+        return None
+    return (
+        f"msched is tested with {tested_range()}, and torch {version} is installed: it may "
+        "work, and where a private torch interface msched relies on has changed, msched "
+        "raises msched.TorchInternalsError naming it; install a tested torch to be sure"
+    )
+
+
+def warn_if_untested(version: Any = None) -> None:
+    """Warn (`UntestedVersionWarning`) when torch ``version`` is outside the tested range."""
+    message = untested_version_message(version)
+    if message is not None:
+        warnings.warn(UntestedVersionWarning(message), stacklevel=2)
+
+
+def require(owner: Any, name: str, user: str) -> Any:
+    """``owner.name`` (``owner`` a module, a class or a module's dotted name), or
+    `TorchInternalsError` naming the interface, the torch version and ``user``, its user."""
+    where = owner if isinstance(owner, str) else getattr(owner, "__name__", repr(owner))
+    try:
+        if isinstance(owner, str):
+            owner = importlib.import_module(owner)
+        return getattr(owner, name)
+    except (ImportError, AttributeError) as error:
+        raise TorchInternalsError(
+            f"torch {torch.__version__} has no {where}.{name}, which {user} relies on "
+            f"(msched is tested with {tested_range()}): install a tested torch"
+        ) from error
+
+
+# Ops and schemas (every analysis) -------------------------------------------------------------
+
+OpOverload = torch._ops.OpOverload
+OpOverloadPacket = torch._ops.OpOverloadPacket
+HigherOrderOperator = torch._ops.HigherOrderOperator
+FunctionSchema = torch._C.FunctionSchema
+
+
+def schema_of(op: OpOverload) -> FunctionSchema:
+    """The schema of one overload (``torch.ops.aten.add_.Tensor``)."""
+    return op._schema
+
+
+def qualified_name(packet: OpOverloadPacket) -> str:
+    """``aten::add`` for ``torch.ops.aten.add``."""
+    return packet._qualified_op_name
+
+
+_is_impure = require("torch._library.utils", "is_impure", "msched.analysis._targets")
+_is_tensorlist_like = require(
+    "torch._library.utils", "is_tensorlist_like_type", "msched.compile._reinplace"
+)
+
+
+def torch_says_impure(target: Any) -> bool:
+    """torch's own purity rule for a call target (mutable schema, effectful or random op)."""
+    return bool(_is_impure(target))
+
+
+def is_tensorlist_like(type_: Any) -> bool:
+    """Whether a schema argument type is ``Tensor[]``-like (``Tensor?[]`` included)."""
+    return bool(_is_tensorlist_like(type_))
+
+
+# FX graphs and nodes ------------------------------------------------------------------------
+
+#: torch.fx's own dict of a node's inputs (its keys are ``node.all_input_nodes`` in order,
+#: read without building a list: the analyses read it for every node).
+node_inputs: Callable[[Node], dict[Node, None]] = operator.attrgetter("_input_nodes")
+
+#: The functions FX treats as side-effecting; ``torch.fx.node.has_side_effect`` adds to it.
+SIDE_EFFECTFUL_FUNCTIONS = require(_fx_node, "_side_effectful_functions", "msched.analysis")
+
+#: A ``GraphModule`` that generates its code when first needed (None: torch has none).
+LazyGraphModule: type | None = getattr(
+    importlib.import_module("torch.fx._lazy_graph_module"), "_LazyGraphModule", None
+)
+
+
+def codegen_of(graph: Graph) -> _fx_graph.CodeGen:
+    """The graph's code generator (``Graph.set_codegen`` sets it; torch has no getter)."""
+    return graph._codegen
+
+
+PyTreeCodeGen = require(_fx_graph, "_PyTreeCodeGen", "msched.scheduling.codegen")
+_register_custom_builtin = require(
+    _fx_graph, "_register_custom_builtin", "msched.scheduling.codegen"
+)
+_GEN_PYTHON_CODE = require(_fx_graph.CodeGen, "_gen_python_code", "msched.scheduling.codegen")
+
+
+def register_custom_builtin(name: str, import_line: str, value: object) -> None:
+    """Make ``name`` a global of every generated graph module, imported by ``import_line``
+    in code written out of it (``GraphModule.to_folder``)."""
+    _register_custom_builtin(name, import_line, value)
+
+
+class SourceRewriting:
+    """Mixed in before a code generator class: its Python source goes through
+    ``rewrite_source`` (FX has no public hook on the generated source)."""
+
+    __slots__ = ()
+
+    def rewrite_source(self, src: str) -> str:
+        raise NotImplementedError
+
+    def _gen_python_code(self, nodes: Any, root_module: str, namespace: Any, **kwargs: Any) -> Any:
+        code = super()._gen_python_code(nodes, root_module, namespace, **kwargs)  # type: ignore[misc]
+        code.src = self.rewrite_source(code.src)
+        return code
+
+
+# Modules -------------------------------------------------------------------------------------
+
+
+def has_forward_hooks(module: torch.nn.Module) -> bool:
+    """Whether calling ``module`` runs a forward hook or pre-hook (its own or a global one)."""
+    shared = torch.nn.modules.module
+    return any(
+        (
+            module._forward_hooks,
+            module._forward_pre_hooks,
+            shared._global_forward_hooks,
+            shared._global_forward_pre_hooks,
+        )
+    )
+
+
+tree_map = require("torch.utils._pytree", "tree_map", "msched.proof.executor")
+
+
+def storage_id(tensor: torch.Tensor) -> int:
+    """An id equal for every tensor that lives in one storage, fake tensors included: the
+    ``_cdata`` of its untyped storage, read through the C method (a fake tensor's Python
+    override only adds a ``__torch_function__`` check).  Raises for tensors with no storage."""
+    return int(_untyped_storage(tensor)._cdata)
+
+
+_untyped_storage = require(torch._C.TensorBase, "untyped_storage", "msched.analysis.effects")
+tree_flatten = require("torch.utils._pytree", "tree_flatten", "msched.proof.executor")
+
+
+# The dispatcher's state, read by every direct stream call (msched.ops) -------------------------
+
+dispatch_mode_depth = require(torch._C, "_len_torch_dispatch_stack", "msched.ops")
+function_mode_enabled = require(torch._C, "_is_torch_function_mode_enabled", "msched.ops")
+profiler_enabled = require(torch._C._autograd, "_profiler_enabled", "msched.ops")
+functorch_active = require(torch._C, "_are_functorch_transforms_active", "msched.ops")
+
+
+# Dynamo and AOT autograd (imported when first used: importing Dynamo takes a second) ----------
+
+
+def aot_autograd(**kwargs: Any) -> Callable[..., Any]:
+    """Dynamo's backend factory running AOT autograd with the given compilers."""
+    factory = require("torch._dynamo.backends.common", "aot_autograd", "msched.trace_streams")
+    return factory(**kwargs)  # type: ignore[no-any-return]
+
+
+def aot_module_simplified(*args: Any, **kwargs: Any) -> Any:
+    """AOT autograd over a Dynamo graph (``torch._functorch.aot_autograd``)."""
+    aot = require("torch._functorch.aot_autograd", "aot_module_simplified", "msched.backend")
+    return aot(*args, **kwargs)
+
+
+def backend_compiler_failed() -> type[Exception]:
+    """The exception ``torch.compile`` wraps a backend's error in."""
+    return require("torch._dynamo.exc", "BackendCompilerFailed", "msched.compile")  # type: ignore[no-any-return]
+
+
+def fake_tensor_mode(**kwargs: Any) -> Any:
+    """A ``FakeTensorMode`` (shape propagation without data)."""
+    return require("torch._subclasses.fake_tensor", "FakeTensorMode", "msched.cli")(**kwargs)
+
+
+_TABLE = "torch._dynamo.graph_bytecode_inputs"
+_TRACING = "msched.trace_streams"
+
+
+def dynamo_external_objects() -> dict[int, Any]:
+    """Dynamo's table of external objects (streams, events) as it is while a graph compiles:
+    the indices the ``torch.ops.streams`` ops of the graph take."""
+    refs = require(_TABLE, "index_to_external_object_weakref", _TRACING)
+    return {i: ref() for i, ref in refs.items()}
+
+
+@contextlib.contextmanager
+def dynamo_current_stream(caller: torch.Stream) -> Iterator[None]:
+    """While tracing: Dynamo registers ``caller`` as the current stream, at index 0 of its
+    table, and reads it as the current stream of its device (as it does on CUDA, where the
+    current stream is registered; a CPU-only build registers none)."""
+    state = require("torch._dynamo.variables.streams", "SymbolicStreamState", _TRACING)
+    reset = require(_TABLE, "reset_user_object_tracking", _TRACING)
+    register = require(_TABLE, "register_user_object", _TRACING)
+    source_type = require("torch._dynamo.source", "CurrentStreamSource", _TRACING)
+    lazy = require("torch._dynamo.variables.lazy", "LazyVariableTracker", _TRACING)
+    getters = [importlib.import_module(m) for m in ("torch._dynamo.utils", "torch._dynamo.guards")]
+    original_init = state.__init__
+    original = [require(m, "get_current_stream", _TRACING) for m in getters]
+
+    def init(self: Any) -> None:
+        reset()
+        source = source_type(caller.device)
+        index = register(caller, source)
+        variable = lazy.create(caller, source=source)
+        variable.user_object_index = index
+        self.cur_stream_stack = collections.deque([variable])
+
+    def current(device: Any) -> Any:
+        if torch.device(device).type == caller.device.type:
+            return caller
+        return original[0](device)
+
+    state.__init__ = init
+    for module in getters:
+        module.get_current_stream = current  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        state.__init__ = original_init
+        for module, getter in zip(getters, original, strict=True):
+            module.get_current_stream = getter  # type: ignore[attr-defined]
