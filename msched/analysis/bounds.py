@@ -28,6 +28,7 @@ each term is a time some part of the work needs in every schedule.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from torch.fx import Node
@@ -43,14 +44,20 @@ def makespan_lower_bound(
     preds: dict[Node, dict[Node, int]],
     cost: dict[Node, float],
     num_streams: int,
+    reached: float = math.inf,
 ) -> float:
     """The lower bound of the module docstring for ``nodes`` (a topological order) whose
-    dependencies are ``preds`` and whose costs are ``cost``, on ``num_streams`` streams."""
+    dependencies are ``preds`` and whose costs are ``cost``, on ``num_streams`` streams.
+
+    ``reached`` is the makespan of a schedule of these nodes, if one is known: when the
+    critical path or total / streams already reaches it, that is the bound (the per-node
+    term lies between it and the schedule's makespan) and the per-node term is skipped.
+    """
     total = sum(cost[n] for n in nodes)
     head, tail = _paths(nodes, preds, cost)
     critical = max((head[n] + cost[n] + tail[n] for n in nodes), default=0.0)
     bound = max(critical, total / num_streams)
-    if num_streams == 1 or len(nodes) > EXACT_LIMIT:
+    if num_streams == 1 or len(nodes) > EXACT_LIMIT or bound >= reached:
         return bound
     before, after = _work_around(nodes, preds, cost)
     k = float(num_streams)

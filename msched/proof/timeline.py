@@ -84,8 +84,8 @@ def simulate(
             start[node], end[node] = ready, ready + _cost(model, node)
     nodes = tuple(end)
     stream = {n: clocks.stamp[n].stream for n in nodes}
-    critical, total, bound = _bounds(graph, clocks, nodes, model)
     makespan = max([reached, *end.values()])
+    critical, total, bound = _bounds(graph, clocks, nodes, model, makespan)
     k = clocks.num_streams
     return Timeline(nodes, stream, start, end, k, makespan, critical, total, bound)
 
@@ -95,10 +95,11 @@ def _cost(model: CostModel, node: Node) -> float:
 
 
 def _bounds(
-    graph: Graph, clocks: Clocks, nodes: tuple[Node, ...], model: CostModel
+    graph: Graph, clocks: Clocks, nodes: tuple[Node, ...], model: CostModel, makespan: float
 ) -> tuple[float, float, float]:
     """Longest cost path over the host-order dependencies, the total cost and the lower
-    bound on the makespan over those dependencies."""
+    bound on the makespan over those dependencies (``makespan``, the timeline's, is one
+    schedule of them)."""
     output = clocks.output
     order = [n for n in clocks.order if n.op in INPUT_OPS]
     order += [*nodes, output]
@@ -110,5 +111,5 @@ def _bounds(
         c = 0.0 if node.op in INPUT_OPS or node is output else _cost(model, node)
         cost[node] = c
         finish[node] = c + max((finish[d] for d in preds[node]), default=0.0)
-    bound = makespan_lower_bound(order, preds, cost, clocks.num_streams)
+    bound = makespan_lower_bound(order, preds, cost, clocks.num_streams, makespan)
     return max(finish.values(), default=0.0), sum(cost.values()), bound

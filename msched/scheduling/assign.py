@@ -174,8 +174,8 @@ def assign_streams(
         )
     cost = node_costs(dag, cost_model)
     level = bottom_levels(dag, cost)
-    bound = makespan_lower_bound(dag.nodes, dag.preds, cost, num_streams)
     best = _forward_pass(dag, num_streams, cost, level)
+    bound = makespan_lower_bound(dag.nodes, dag.preds, cost, num_streams, best.makespan)
     first = best.finish
     for name in passes if best.makespan > bound else ():
         priority = top_levels(dag, cost) if name == PASSES[0] else first
@@ -292,7 +292,7 @@ def timetable_assignment(
     for node in compute:
         _append(dag, node, cost[node], level[node], ends, placed)
     _place_output(dag, level, placed)
-    bound = makespan_lower_bound(dag.nodes, dag.preds, cost, num_streams)
+    bound = makespan_lower_bound(dag.nodes, dag.preds, cost, num_streams, placed.makespan)
     return _assignment(dag, num_streams, cost, level, placed, bound)
 
 
