@@ -16,6 +16,7 @@ from msched.compile.tracing import cuda_streams_on_cpu, trace_streams
 from msched.errors import (
     InvalidArgumentError,
     InvalidGraphError,
+    MissingDependencyError,
     MschedError,
     PieceVerificationError,
     ReinplaceError,
@@ -31,6 +32,7 @@ from msched.proof.dialects import Dialect
 from msched.proof.executor import Execution, execute
 from msched.proof.timeline import Timeline, simulate
 from msched.proof.verifier import Report, Violation, verify
+from msched.scheduling.exact import OptimalMakespan, optimal_makespan
 from msched.scheduling.pipeline import Schedule, schedule
 from msched.scheduling.readback import read_schedule
 
@@ -46,7 +48,9 @@ __all__ = [
     "Execution",
     "InvalidArgumentError",
     "InvalidGraphError",
+    "MissingDependencyError",
     "MschedError",
+    "OptimalMakespan",
     "PieceVerificationError",
     "ReinplaceError",
     "Report",
@@ -65,6 +69,7 @@ __all__ = [
     "cuda_streams_on_cpu",
     "execute",
     "ops",
+    "optimal_makespan",
     "register_mutation",
     "register_pure",
     "read_schedule",

@@ -45,6 +45,10 @@ class ReinplaceError(MschedError):
     the in-place call it came from; the message names the op and the node."""
 
 
+class MissingDependencyError(MschedError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
+
+
 class SplitOpNotFoundError(InvalidArgumentError):
     """A ``split_ops`` op never occurs in a graph the backend splits; the message names it
     and the ops of the graph that look related (what AOT autograd may have decomposed it to),

@@ -3,12 +3,15 @@
 `op_category` says what kind of op a node runs (matmul, attention, MoE, capture / in-place,
 other); the cost table and the pictures both classify by it.  `DefaultCostModel` is a table
 that needs nothing but the op: matmul-like ops (attention included) 10, MoE-like ops 20,
-views / ``getitem`` / symbolic-int nodes 0, everything else 1.  `RooflineCostModel`
-estimates microseconds from ``node.meta["val"]`` (FLOPs against bytes moved) and falls back to
-the table where shapes are missing.  Any object with ``cost(node) -> float`` is a cost model;
-whoever calls it passes each value through `checked_cost`, so a cost that is not a finite,
-non-negative real number is an `msched.InvalidArgumentError` naming the node, the value and
-the model, not a ``ValueError`` (or a NaN schedule) deep inside a pass.
+views / ``getitem`` / symbolic-int nodes / metadata reads (``x.shape``, ``x.size()``) 0,
+everything else 1; ``call_module`` nodes by their module's type (``nn.Linear`` and
+``nn.Conv*`` are matmuls, whatever their path is called).  `RooflineCostModel` estimates
+microseconds from shapes (``meta["val"]`` or ``meta["tensor_meta"]``: FLOPs against bytes
+moved, weights included for modules) and falls back to the table where shapes are missing.
+Any object with ``cost(node) -> float`` is a cost model; whoever calls it passes each value
+through `checked_cost`, so a cost that is not a finite, non-negative real number is an
+`msched.InvalidArgumentError` naming the node, the value and the model, not a ``ValueError``
+(or a NaN schedule) deep inside a pass.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import torch
 from torch.fx import Node
 
 from msched._torch_internals import OpOverload, OpOverloadPacket, qualified_name, schema_of
+from msched.analysis._modules import called_module, module_kind, module_work, weight_bytes
 from msched.analysis.effects import _VIEW_NAMES, _node_info, _op_info
 from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidArgumentError
@@ -85,6 +89,14 @@ _NAME_WORDS = (
     ("matmul", ("mm", "matmul", "linear", "gemm", "conv", "einsum")),
 )
 _FREE_OPS = (*INPUT_OPS, "output")
+# Reads of a tensor's metadata (``x.shape``, ``x.size()``, ``len(x)``): no kernel runs.
+_METADATA_NAMES = frozenset(
+    (
+        "getattr", "len", "size", "stride", "dim", "ndimension", "numel", "nelement",
+        "element_size", "is_contiguous", "storage_offset", "get_device", "is_floating_point",
+        "is_complex", "data_ptr",
+    )
+)  # fmt: skip
 
 
 def _op_name(node: Node) -> str:
@@ -109,7 +121,12 @@ def _name_category(name: str) -> str | None:
 def op_category(node: Node) -> str:
     """The kind of op ``node`` runs: one of `OP_CATEGORIES`.
 
-    Graph inputs and ``output`` are ``"other"``.  Otherwise the op's name (without namespace
+    Graph inputs and ``output`` are ``"other"``.  A ``call_module`` node is classified by
+    the module's type, never by its path name (``q_proj`` and ``fc1`` are ``nn.Linear``
+    layers): linear and convolution layers are ``"matmul"``, ``nn.MultiheadAttention`` and
+    transformer layers ``"attention"``, other ``torch.nn`` modules ``"other"``, a module
+    type of the user's own by the words of its class name, and a module the graph's owner
+    does not have ``"other"``.  Otherwise the op's name (without namespace
     and overload, lower case) decides: ``moe`` / ``expert`` is ``"moe"``; ``attention`` /
     ``attn`` is ``"attention"``; ``mm``, ``matmul``, ``linear``, ``gemm``, ``conv``, ``einsum``
     is ``"matmul"``.  A node whose name says none of these but that declares a write (its
@@ -118,6 +135,10 @@ def op_category(node: Node) -> str:
     """
     if node.op in _FREE_OPS:
         return "other"
+    if node.op == "call_module":
+        module = called_module(node)
+        kind = module_kind(module) if module is not None else None
+        return kind or "other"
     kind = _name_category(_op_name(node))
     if kind is not None:
         return kind
@@ -128,14 +149,18 @@ def op_category(node: Node) -> str:
 
 
 def _free_target(node: Node) -> bool:
-    """Whether every call of this node's target is free (views, getitem, symbolic ints)."""
+    """Whether every call of this node's target is free (views, getitem, symbolic ints,
+    metadata reads, modules that run no kernel)."""
     if node.op in _FREE_OPS or node.target is operator.getitem:
         return True
+    if node.op == "call_module":
+        module = called_module(node)
+        return module is not None and module_kind(module) is None
     info = _op_info(node)
     if info is not None and info.view_of_first:
         return True
     name = _op_name(node)
-    return name.startswith("sym_") or name in _VIEW_NAMES
+    return name.startswith("sym_") or name in _VIEW_NAMES or name in _METADATA_NAMES
 
 
 def _symbolic_value(node: Node) -> bool:
@@ -149,7 +174,7 @@ def _is_free(node: Node) -> bool:
 
 class DefaultCostModel:
     """The table model by `op_category`: matmul-like and attention 10, MoE-like 20,
-    views/getitem/symint 0, else 1."""
+    views/getitem/symint/metadata reads and modules that run no kernel 0, else 1."""
 
     TABLE = {
         "moe": 20.0,
@@ -163,7 +188,9 @@ class DefaultCostModel:
         self._by_target: dict[Any, float] = {}
 
     def cost(self, node: Node) -> float:
-        key = (node.op, node.target)
+        key: tuple[Any, ...] = (node.op, node.target)
+        if node.op == "call_module":  # one path names different modules in different graphs
+            key = (*key, type(called_module(node)))
         value = self._by_target.get(key)
         if value is None:
             free = _free_target(node)
@@ -178,9 +205,15 @@ class RooflineCostModel:
     """Microseconds from shapes: ``max(flops / peak_flops, bytes / bandwidth) + launch``.
 
     FLOPs are counted for matmul-like ops (``2 * M * N * K`` over the output and the
-    contracted dimension); bytes are the sizes of the tensor inputs and the output.  The
-    defaults are roughly one H100 in bf16; pass your own peak numbers for other parts.  Nodes
-    without ``meta["val"]`` fall back to `DefaultCostModel`.
+    contracted dimension); bytes are the sizes of the tensor inputs and the output.  A
+    ``call_module`` node is priced by its module's type: ``nn.Linear`` and ``nn.Conv*`` do
+    ``2 * outputs * contracted`` FLOPs (input features, or input channels per group times the
+    kernel size) and every module also reads its own weights; others (embeddings, norms,
+    activations) move bytes only.  Shapes come from ``node.meta["val"]`` or
+    ``node.meta["tensor_meta"]`` (`torch.fx.passes.shape_prop`); a linear layer without an
+    output shape takes it from its input's.  The defaults are roughly one H100 in bf16; pass
+    your own peak numbers for other parts.  Nodes without shapes fall back to
+    `DefaultCostModel`; metadata reads and views cost 0.
     """
 
     def __init__(
@@ -197,35 +230,54 @@ class RooflineCostModel:
     def cost(self, node: Node) -> float:
         if _is_free(node):
             return 0.0
-        val = node.meta.get("val")
-        if not isinstance(val, torch.Tensor):
+        module = called_module(node)
+        if module is not None:
+            return self._module_cost(module, node)
+        out = _shape_of(node)
+        if out is None:
             return self._fallback.cost(node)
-        inputs = [_tensor_of(n) for n in node.all_input_nodes]
-        tensors = [t for t in inputs if t is not None]
-        moved = _nbytes(val) + sum(_nbytes(t) for t in tensors)
+        tensors = [s for s in map(_shape_of, node.all_input_nodes) if s is not None]
+        moved = _bytes(out) + sum(map(_bytes, tensors))
         flops = 0.0
         if tensors and _name_category(_op_name(node)) is not None:  # matmul-like or MoE
-            contracted = _contracted_dim(tensors[0])
-            flops = 2.0 * _numel(val) * contracted
+            contracted = float(tensors[0][0][-1]) if tensors[0][0] else 1.0
+            flops = 2.0 * math.prod(out[0]) * contracted
+        return self._time(flops, moved)
+
+    def _module_cost(self, module: torch.nn.Module, node: Node) -> float:
+        inputs = [s for s in map(_shape_of, node.all_input_nodes) if s is not None]
+        out = _shape_of(node)
+        if out is None and inputs and isinstance(module, torch.nn.Linear):
+            out = ((*inputs[0][0][:-1], module.out_features), inputs[0][1])
+        if out is None:
+            return self._fallback.cost(node)
+        moved = weight_bytes(module) + _bytes(out) + sum(map(_bytes, inputs))
+        return self._time(module_work(module, node, out, inputs), moved)
+
+    def _time(self, flops: float, moved: float) -> float:
         seconds = max(flops / self.peak_flops, moved / self.bandwidth)
         return seconds * 1e6 + self.launch_us
 
 
-def _tensor_of(node: Node) -> torch.Tensor | None:
+# A tensor's shape (concrete sizes) and the bytes of one element.
+_Shape = tuple[tuple[int, ...], int]
+
+
+def _shape_of(node: Node) -> _Shape | None:
+    """The shape of the tensor ``node`` produces, from ``meta["val"]`` or
+    ``meta["tensor_meta"]``; None when it has neither (or produces no tensor)."""
     val = node.meta.get("val")
-    return val if isinstance(val, torch.Tensor) else None
+    if isinstance(val, torch.Tensor):
+        return tuple(_static(d) for d in val.shape), val.element_size()
+    meta = node.meta.get("tensor_meta")
+    shape, dtype = getattr(meta, "shape", None), getattr(meta, "dtype", None)
+    if shape is None or not isinstance(dtype, torch.dtype):
+        return None
+    return tuple(_static(d) for d in shape), dtype.itemsize
 
 
-def _numel(t: torch.Tensor) -> float:
-    return float(math.prod(_static(d) for d in t.shape))
-
-
-def _nbytes(t: torch.Tensor) -> float:
-    return _numel(t) * t.element_size()
-
-
-def _contracted_dim(t: torch.Tensor) -> float:
-    return float(_static(t.shape[-1])) if t.dim() else 1.0
+def _bytes(shape: _Shape) -> float:
+    return float(math.prod(shape[0])) * shape[1]
 
 
 def _static(d: Any) -> int:

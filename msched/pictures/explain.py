@@ -110,6 +110,9 @@ def placement_text(sched: Schedule, node: Node) -> str:
         return f"it costs nothing, and zero-cost nodes follow their producer: {lead}."
     if why.rule == assign.AFFINITY:
         return f"{lead}; it stays on that stream, which is idle then (fewer events)."
+    if why.rule == assign.TIMETABLE:
+        when = format_number(a.start[node])
+        return f"{lead}; the exact mode's timetable (CP-SAT) runs it on stream {s} at {when}."
     busy = _busy_at(sched, busy_stream, why.ready)
     why_not = f"stream {busy_stream} is busy then" + (f" running {busy.name}" if busy else "")
     when = format_number(a.start[node])

@@ -15,13 +15,8 @@ from dataclasses import dataclass
 from torch.fx import Graph, GraphModule, Node
 
 from msched.analysis._graphcheck import check_acyclic
-from msched.analysis.cost import (
-    CostModel,
-    DefaultCostModel,
-    check_cost_model,
-    checked_cost,
-    lower_bound,
-)
+from msched.analysis.bounds import makespan_lower_bound
+from msched.analysis.cost import CostModel, DefaultCostModel, check_cost_model, checked_cost
 from msched.analysis.dag import host_order_dependencies
 from msched.analysis.effects import compute_effects
 from msched.analysis.nodes import INPUT_OPS, graph_of
@@ -35,9 +30,10 @@ class Timeline:
 
     ``nodes`` are the compute nodes that run, in host order (graph inputs and ``output``
     excluded); ``stream``, ``start`` and ``end`` are keyed by them.  ``makespan`` is the end
-    of the last node or the time ``output`` is reached, whichever is later.  The lower bound
-    is ``max(critical_path, total_cost / num_streams)``, the critical path taken over the
-    dependencies of the host order (`msched.analysis.dag.host_order_dependencies`).
+    of the last node or the time ``output`` is reached, whichever is later.  ``lower_bound``
+    is `msched.analysis.bounds.makespan_lower_bound` (critical path, total / streams, and the
+    work before and after each node) over the dependencies of the host order
+    (`msched.analysis.dag.host_order_dependencies`).
     """
 
     nodes: tuple[Node, ...]
@@ -48,10 +44,7 @@ class Timeline:
     makespan: float
     critical_path: float
     total_cost: float
-
-    @property
-    def lower_bound(self) -> float:
-        return lower_bound(self.critical_path, self.total_cost, self.num_streams)
+    lower_bound: float
 
     def intervals(self) -> list[tuple[Node, int, float, float]]:
         """``(node, stream, start, end)`` for every node, sorted by start, then stream."""
@@ -91,27 +84,32 @@ def simulate(
             start[node], end[node] = ready, ready + _cost(model, node)
     nodes = tuple(end)
     stream = {n: clocks.stamp[n].stream for n in nodes}
-    critical, total = _critical_path(graph, clocks, nodes, model)
     makespan = max([reached, *end.values()])
-    return Timeline(nodes, stream, start, end, clocks.num_streams, makespan, critical, total)
+    critical, total, bound = _bounds(graph, clocks, nodes, model, makespan)
+    k = clocks.num_streams
+    return Timeline(nodes, stream, start, end, k, makespan, critical, total, bound)
 
 
 def _cost(model: CostModel, node: Node) -> float:
     return checked_cost(model, node, model.cost(node))
 
 
-def _critical_path(
-    graph: Graph, clocks: Clocks, nodes: tuple[Node, ...], model: CostModel
-) -> tuple[float, float]:
-    """Longest cost path over the host-order dependencies, and the total cost."""
+def _bounds(
+    graph: Graph, clocks: Clocks, nodes: tuple[Node, ...], model: CostModel, makespan: float
+) -> tuple[float, float, float]:
+    """Longest cost path over the host-order dependencies, the total cost and the lower
+    bound on the makespan over those dependencies (``makespan``, the timeline's, is one
+    schedule of them)."""
     output = clocks.output
     order = [n for n in clocks.order if n.op in INPUT_OPS]
     order += [*nodes, output]
-    preds = host_order_dependencies(order, compute_effects(graph), output)
+    deps = host_order_dependencies(order, compute_effects(graph), output)
+    preds = {n: {d: 1 for d in deps[n] if d in deps} for n in order}
     finish: dict[Node, float] = {}
-    total = 0.0
+    cost: dict[Node, float] = {}
     for node in order:
         c = 0.0 if node.op in INPUT_OPS or node is output else _cost(model, node)
-        total += c
-        finish[node] = c + max((finish[d] for d in preds[node] if d in finish), default=0.0)
-    return max(finish.values(), default=0.0), total
+        cost[node] = c
+        finish[node] = c + max((finish[d] for d in preds[node]), default=0.0)
+    bound = makespan_lower_bound(order, preds, cost, clocks.num_streams, makespan)
+    return max(finish.values(), default=0.0), sum(cost.values()), bound

@@ -20,9 +20,11 @@ from typing import NamedTuple
 
 from torch.fx import Node
 
-from msched.analysis.cost import CostModel, checked_cost, lower_bound
+from msched.analysis.bounds import makespan_lower_bound
+from msched.analysis.cost import CostModel, checked_cost
 from msched.analysis.dag import Dag
 from msched.analysis.nodes import INPUT_OPS
+from msched.errors import InvalidArgumentError
 
 # The rules of `Placement.rule`, in the order `assign_streams` tries them (see step 3 there).
 INPUT = "input"  # a graph input or weight: ready at 0 on stream 0
@@ -32,7 +34,8 @@ ZERO_COST = "zero-cost"  # costs nothing: follows its producer, on its stream, a
 AFFINITY = "affinity"  # the producer's stream is idle at ``ready``: stay there (fewer events)
 FIRST_FREE = "first-free"  # the producer's stream is busy then: the lowest stream idle then
 EARLIEST_GAP = "earliest-gap"  # no stream is idle then: the stream whose idle gap opens first
-RULES = (INPUT, OUTPUT, IN_ORDER, ZERO_COST, AFFINITY, FIRST_FREE, EARLIEST_GAP)
+TIMETABLE = "timetable"  # the exact mode's solver chose when it starts (`timetable_assignment`)
+RULES = (INPUT, OUTPUT, IN_ORDER, ZERO_COST, AFFINITY, FIRST_FREE, EARLIEST_GAP, TIMETABLE)
 
 
 class Placement(NamedTuple):
@@ -42,8 +45,10 @@ class Placement(NamedTuple):
     stream is the node's affinity (None without dependencies); among dependencies finishing
     together the first computed one in input order wins, and ``tied`` says whether there was
     such a tie.  ``ready`` is the earliest start (the producer's finish).  ``priority`` is the
-    node's critical path to the exit (its bottom level): ready nodes were placed by highest
-    priority first, ties by index in the input graph.  ``inserted`` says whether the node went
+    key of the pass that made the schedule: ready nodes were placed by highest priority first,
+    ties by index in the input graph.  It is the node's critical path to the exit (its bottom
+    level) in the first pass, and its finish in a list schedule of the reversed Dag in the
+    others (`PASSES`).  ``inserted`` says whether the node went
     into an idle gap before work already placed on its stream (HEFT-style insertion).
     """
 
@@ -65,8 +70,8 @@ class Assignment:
     """Where and when every node runs under the cost model, and why.
 
     ``order`` lists the compute nodes (not placeholders, ``get_attr`` or ``output``) sorted
-    by ``(start, pick order)``, which is a topological order of the `Dag`.  ``reasons`` holds
-    the `Placement` of every node of the Dag.
+    by `emission_order`, a topological order of the `Dag` in which every stream's nodes run
+    back to back as assigned.  ``reasons`` holds the `Placement` of every node of the Dag.
     """
 
     num_streams: int
@@ -78,10 +83,7 @@ class Assignment:
     critical_path: float
     total_cost: float
     reasons: Mapping[Node, Placement]
-
-    @property
-    def lower_bound(self) -> float:
-        return lower_bound(self.critical_path, self.total_cost, self.num_streams)
+    lower_bound: float  # no schedule of the Dag beats it (`msched.analysis.bounds`)
 
 
 class _Lane:
@@ -140,7 +142,13 @@ def bottom_levels(dag: Dag, cost: dict[Node, float]) -> dict[Node, float]:
     return level
 
 
-def assign_streams(dag: Dag, num_streams: int, cost_model: CostModel) -> Assignment:
+#: The priorities of the passes of `assign_streams` after the first, in the order tried.
+PASSES = ("reversed top level", "reversed first-pass finish")
+
+
+def assign_streams(
+    dag: Dag, num_streams: int, cost_model: CostModel, passes: tuple[str, ...] = PASSES
+) -> Assignment:
     """Assign every node of ``dag`` to one of ``num_streams`` streams.
 
     1. Cost every node; priority = bottom level (longest path to the exit).
@@ -150,40 +158,181 @@ def assign_streams(dag: Dag, num_streams: int, cost_model: CostModel) -> Assignm
        that dependency when it has an idle gap at the earliest start, else the lowest stream
        with one, else the stream whose gap opens first.
     4. Graph inputs are ready at time 0 on stream 0; ``output`` runs on stream 0 last.
+    5. Unless that schedule meets the lower bound, run steps 2-4 again with the priorities of
+       ``passes`` (`PASSES`: the finish times of a list schedule of the reversed Dag, popped
+       by top level or by the first schedule's finish times) and keep the shortest schedule
+       (the earlier pass on a tie).  Every pass places nodes by the rules of step 3, so
+       captures still go into the first gap after their producer.  ``passes=()`` runs the
+       first pass only (benchmarks compare them).
 
     The rule that placed each node is its `Placement` in ``reasons``.
     """
-    cost = _costs(dag, cost_model)
+    unknown = [p for p in passes if p not in PASSES]
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown pass {unknown[0]!r}; passes are {', '.join(map(repr, PASSES))}"
+        )
+    cost = node_costs(dag, cost_model)
     level = bottom_levels(dag, cost)
-    placed = _Placed({}, {}, {}, {})
+    best = _forward_pass(dag, num_streams, cost, level)
+    bound = makespan_lower_bound(dag.nodes, dag.preds, cost, num_streams, best.makespan)
+    first = best.finish
+    for name in passes if best.makespan > bound else ():
+        priority = top_levels(dag, cost) if name == PASSES[0] else first
+        backward = _reversed_finish(dag, num_streams, cost, priority)
+        candidate = _forward_pass(dag, num_streams, cost, backward)
+        if candidate.makespan < best.makespan:
+            best = candidate
+    return _assignment(dag, num_streams, cost, level, best, bound)
+
+
+def _forward_pass(
+    dag: Dag, num_streams: int, cost: dict[Node, float], priority: dict[Node, float]
+) -> _Placed:
+    placed = _Placed({}, {}, {}, {}, [])
     stream, start, finish, reasons = placed.stream, placed.start, placed.finish, placed.reasons
     for node in dag.nodes:
         if node.op in INPUT_OPS:
             stream[node], start[node], finish[node] = 0, 0.0, 0.0
-            reasons[node] = Placement(INPUT, priority=level[node])
-    picked = _list_schedule(dag, num_streams, cost, level, placed)
-    out = dag.output
+            reasons[node] = Placement(INPUT, priority=priority[node])
+    placed.picked.extend(_list_schedule(dag, num_streams, cost, priority, placed))
+    _place_output(dag, priority, placed)
+    return placed
+
+
+def _place_output(dag: Dag, priority: dict[Node, float], placed: _Placed) -> None:
+    """``output`` on stream 0 when its last dependency finishes (`OUTPUT`)."""
+    out, stream, start, finish = dag.output, placed.stream, placed.start, placed.finish
     # Placed as a zero-cost node would be (which reads no lane), then moved to stream 0.
     _, ready, _, producer, _, tied = _place(dag.preds[out], 0.0, [], stream, finish)
     stream[out], start[out], finish[out] = 0, ready, ready
-    reasons[out] = Placement(OUTPUT, producer, ready, level[out], tied)
-    order = tuple(sorted(picked, key=start.__getitem__))  # stable: ties keep the pick order
+    placed.reasons[out] = Placement(OUTPUT, producer, ready, priority[out], tied)
+
+
+def _assignment(
+    dag: Dag,
+    num_streams: int,
+    cost: dict[Node, float],
+    level: dict[Node, float],
+    placed: _Placed,
+    bound: float,
+) -> Assignment:
     return Assignment(
         num_streams=num_streams,
-        stream=stream,
-        start=start,
-        finish=finish,
-        order=order,
-        makespan=finish[out],
+        stream=placed.stream,
+        start=placed.start,
+        finish=placed.finish,
+        order=emission_order(placed.picked, placed.start, placed.finish),
+        makespan=placed.makespan,
         critical_path=max(level.values(), default=0.0),
         total_cost=sum(cost.values()),
-        reasons=reasons,
+        reasons=placed.reasons,
+        lower_bound=bound,
     )
+
+
+def top_levels(dag: Dag, cost: dict[Node, float]) -> dict[Node, float]:
+    """Longest cost path from the graph's start to the end of each node, the node included."""
+    level: dict[Node, float] = {}
+    get = level.__getitem__
+    for node in dag.nodes:
+        above = dag.preds[node]
+        level[node] = cost[node] + max(map(get, above), default=0.0)
+    return level
+
+
+def _reversed_finish(
+    dag: Dag, num_streams: int, cost: dict[Node, float], priority: dict[Node, float]
+) -> dict[Node, float]:
+    """Finish times of a list schedule of the reversed Dag (successors run first), ready
+    nodes popped by highest ``priority``: a node that finishes late there must start early."""
+    index, preds, succs = dag.index, dag.preds, dag.succs
+    waiting = {n: len(succs[n]) for n in dag.nodes}
+    stream: dict[Node, int] = {}
+    finish: dict[Node, float] = {}
+    ready = [(-priority[n], -index[n], n) for n in dag.nodes if not waiting[n]]
+    heapq.heapify(ready)
+    lanes = [_Lane() for _ in range(num_streams)]
+    while ready:
+        node = heapq.heappop(ready)[2]
+        c = cost[node]
+        s, t = _place(dict.fromkeys(succs[node], 0), c, lanes, stream, finish)[:2]
+        stream[node], finish[node] = s, t + c
+        lanes[s].occupy(t, t + c)
+        for pred in preds[node]:
+            waiting[pred] -= 1
+            if not waiting[pred]:
+                heapq.heappush(ready, (-priority[pred], -index[pred], pred))
+    return finish
+
+
+def timetable_assignment(
+    dag: Dag, num_streams: int, cost_model: CostModel, times: Mapping[Node, float]
+) -> Assignment:
+    """The assignment that runs the compute nodes in the order of the start ``times`` of a
+    timetable with at most ``num_streams`` nodes running at once (the exact mode's).
+
+    Nodes are taken by ``(time, costs something, index in the input graph)``; each starts
+    when its dependencies and its stream allow, no later than its time (so the makespan is at
+    most the timetable's): a zero-cost node on its producer's stream, any other on its
+    producer's stream when that is free then, else on the stream that frees up first.  Every
+    compute node's `Placement` has the rule `TIMETABLE` (or `ZERO_COST`).
+    """
+    cost = node_costs(dag, cost_model)
+    level = bottom_levels(dag, cost)
+    placed = _Placed({}, {}, {}, {}, [])
+    for node in dag.nodes:
+        if node.op in INPUT_OPS:
+            placed.stream[node], placed.start[node], placed.finish[node] = 0, 0.0, 0.0
+            placed.reasons[node] = Placement(INPUT, priority=level[node])
+    index = dag.index
+    compute = [n for n in dag.nodes if n.op not in INPUT_OPS and n is not dag.output]
+    compute.sort(key=lambda n: (times[n], cost[n] > 0.0, index[n]))
+    ends = [0.0] * num_streams
+    for node in compute:
+        _append(dag, node, cost[node], level[node], ends, placed)
+    _place_output(dag, level, placed)
+    bound = makespan_lower_bound(dag.nodes, dag.preds, cost, num_streams, placed.makespan)
+    return _assignment(dag, num_streams, cost, level, placed, bound)
+
+
+def _append(
+    dag: Dag, node: Node, c: float, priority: float, ends: list[float], placed: _Placed
+) -> None:
+    """Place ``node`` at the end of a stream (`timetable_assignment`)."""
+    affinity, est, rule, producer, _, tied = _place(
+        dag.preds[node], 0.0, [], placed.stream, placed.finish
+    )
+    s = affinity
+    if c > 0.0:
+        rule = TIMETABLE
+        if ends[affinity] > est:
+            s = min(range(len(ends)), key=ends.__getitem__)
+        est = max(est, ends[s])
+        ends[s] = est + c
+    ready = placed.finish[producer] if producer is not None else 0.0
+    placed.reasons[node] = Placement(rule, producer, ready, priority, tied)
+    placed.stream[node], placed.start[node], placed.finish[node] = s, est, est + c
+    placed.picked.append(node)
+
+
+def emission_order(
+    nodes: list[Node], start: dict[Node, float], finish: dict[Node, float]
+) -> tuple[Node, ...]:
+    """``nodes`` sorted by ``(start, costs something, position in nodes)``.
+
+    Why zero-cost nodes first among equal starts: a view that starts together with a kernel
+    on its stream ends when it starts, so emitted after the kernel its event would be recorded
+    after the kernel and its consumer on another stream would wait for the kernel too.  The
+    order stays topological when ``nodes`` is: a node that costs something ends after it
+    starts, so nothing starting with it depends on it.
+    """
+    return tuple(sorted(nodes, key=lambda n: (start[n], finish[n] > start[n])))
 
 
 def serial_assignment(dag: Dag, cost_model: CostModel) -> Assignment:
     """One stream, the input order kept: every node starts when the previous one finishes."""
-    cost = _costs(dag, cost_model)
+    cost = node_costs(dag, cost_model)
     level = bottom_levels(dag, cost)
     stream = dict.fromkeys(dag.nodes, 0)
     start: dict[Node, float] = {}
@@ -207,10 +356,11 @@ def serial_assignment(dag: Dag, cost_model: CostModel) -> Assignment:
         critical_path=max(level.values(), default=0.0),
         total_cost=t,
         reasons=reasons,
+        lower_bound=t,
     )
 
 
-def _costs(dag: Dag, model: CostModel) -> dict[Node, float]:
+def node_costs(dag: Dag, model: CostModel) -> dict[Node, float]:
     """Every node's cost (`msched.analysis.cost.checked_cost`); graph inputs and ``output`` cost
     nothing."""
     cost: dict[Node, float] = {}
@@ -225,12 +375,18 @@ def _costs(dag: Dag, model: CostModel) -> dict[Node, float]:
 
 @dataclass(frozen=True)
 class _Placed:
-    """What `_list_schedule` fills in: stream, start, finish and reason of every node."""
+    """What one pass fills in: stream, start, finish and reason of every node, and the
+    compute nodes in the order they were placed."""
 
     stream: dict[Node, int]
     start: dict[Node, float]
     finish: dict[Node, float]
     reasons: dict[Node, Placement]
+    picked: list[Node]
+
+    @property
+    def makespan(self) -> float:
+        return max(self.finish.values(), default=0.0)
 
 
 def _list_schedule(

@@ -18,9 +18,16 @@ from msched.analysis.nodes import node_named
 from msched.errors import InvalidArgumentError, InvalidGraphError
 from msched.limits import check_num_streams
 from msched.proof.dialects import Dialect
-from msched.scheduling.assign import Assignment, assign_streams, serial_assignment
+from msched.scheduling.assign import (
+    Assignment,
+    assign_streams,
+    node_costs,
+    serial_assignment,
+    timetable_assignment,
+)
 from msched.scheduling.codegen import direct_stream_calls
 from msched.scheduling.emit import plan_emission, relink
+from msched.scheduling.exact import OptimalMakespan, check_effort, solve_from
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,9 @@ class Schedule:
     ``msched.verify(gm, original=...)`` and for running the unscheduled program.
     ``makespan`` and ``lower_bound`` are in cost-model units; the lower bound is
     ``max(critical path, total cost / num_streams)``.
+
+    ``optimal`` is what the exact mode found (``effort="optimal"``; None otherwise): the
+    optimum, or the solver's best schedule and bound with ``proven`` False.
 
     A Schedule read back from a graph another pass scheduled (`msched.read_schedule`) has no
     ``assignment`` (its times come from the timeline simulator), the ``dialect`` its stream
@@ -49,6 +59,7 @@ class Schedule:
     _snapshot: _GraphSnapshot | None = field(repr=False)
     dialect: Dialect | None = field(default=None, repr=False)
     _original: GraphModule | None = field(default=None, repr=False)
+    optimal: OptimalMakespan | None = field(default=None, repr=False)
 
     def stream_of(self, node: Node | str) -> int:
         """The stream ``node`` (or the node named so) runs on; stream ops report their stream."""
@@ -138,6 +149,8 @@ def schedule(
     cost_model: CostModel | None = None,
     *,
     exit_edges: bool = True,
+    effort: str = "fast",
+    time_limit: float = 10.0,
 ) -> Schedule:
     """Schedule ``gm`` onto ``num_streams`` streams, rewriting ``gm.graph`` in place.
 
@@ -154,24 +167,47 @@ def schedule(
     ``num_streams=1`` the node order is unchanged and no stream op is added.  Node names are
     kept.  On any error ``gm`` is left exactly as it was.
 
+    ``effort="optimal"`` also solves the schedule exactly with OR-Tools CP-SAT
+    (`msched.scheduling.exact`; ``pip install 'pytest-msched[optimal]'``) for up to
+    ``time_limit`` seconds of deterministic solver time, and runs the solver's timetable when
+    it is shorter than the list schedule (``Schedule.optimal`` says whether it is proven
+    optimal).  ``effort="fast"`` (the default) runs the list schedule only.
+
     ``exit_edges=False``, an ablation for tests and benchmarks, builds the Dag without exit
     edges: it reproduces the Eagle3 bug msched exists to prevent, which `msched.verify` reports.
     """
     _check_arguments(gm, num_streams, cost_model)
+    limit = check_effort(effort, time_limit)
     dag = build_dag(gm, exit_edges=exit_edges)
     _check_unscheduled(gm.graph)
     model = cost_model or DefaultCostModel()
     original = _GraphSnapshot.of(gm.graph)
+    optimal = None
     if num_streams == 1:
         assignment = serial_assignment(dag, model)
         events, waits, streams = 0, 0, dict.fromkeys(dag.nodes, 0)
     else:
         assignment = assign_streams(dag, num_streams, model)
+        if effort == "optimal":
+            assignment, optimal = _optimal(dag, assignment, model, limit)
         events, waits, streams = _rewrite(gm, dag, assignment)
     makespan, lower_bound = assignment.makespan, assignment.lower_bound
     return Schedule(
-        gm, num_streams, streams, events, waits, makespan, lower_bound, assignment, original
-    )
+        gm, num_streams, streams, events, waits, makespan, lower_bound, assignment, original,
+        optimal=optimal,
+    )  # fmt: skip
+
+
+def _optimal(
+    dag: Dag, heuristic: Assignment, model: CostModel, time_limit: float
+) -> tuple[Assignment, OptimalMakespan]:
+    """The exact mode: the solver's timetable when it beats the list schedule."""
+    found = solve_from(dag, heuristic, node_costs(dag, model), time_limit)
+    if found.makespan < heuristic.makespan:
+        timed = timetable_assignment(dag, heuristic.num_streams, model, found.start)
+        if timed.makespan < heuristic.makespan:
+            return timed, found
+    return heuristic, found
 
 
 def _rewrite(gm: GraphModule, dag: Dag, assignment: Assignment) -> tuple[int, int, dict[Node, int]]:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from torch.fx import GraphModule
 
+from msched.analysis.bounds import makespan_lower_bound
 from msched.analysis.cost import CostModel, DefaultCostModel, check_cost_model, lower_bound
 from msched.analysis.dag import build_dag
 from msched.errors import InvalidArgumentError
 from msched.limits import check_num_streams
 from msched.proof.dialects import Dialect, as_dialect, detect_dialect, interpret
 from msched.proof.timeline import simulate
-from msched.scheduling.assign import serial_assignment
+from msched.scheduling.assign import node_costs
 from msched.scheduling.pipeline import Schedule
 
 
@@ -34,7 +35,7 @@ def read_schedule(
     (`Dialect.detect`).  ``num_events`` counts the distinct events recorded, ``num_waits`` the
     waits; ``makespan`` is the `msched.simulate` makespan under ``cost_model`` (the table
     model by default).  With ``original`` the lower bound is the original graph's
-    ``max(critical path, total cost / streams)`` and ``Schedule.original`` is ``original``.
+    (`msched.analysis.bounds.makespan_lower_bound`) and ``Schedule.original`` is ``original``.
     ``num_streams`` is the stream count the pass was given: the Schedule's ``num_streams``
     (what its pictures and snapshot header say, and the lower bound divides by) is that
     count, or the streams the graph uses when it uses more; None: the streams it uses.
@@ -54,9 +55,12 @@ def read_schedule(
         check_num_streams(num_streams)
     streams = max(num_streams or 0, program.num_streams)
     bound = lower_bound(timeline.critical_path, timeline.total_cost, streams)
+    if streams == timeline.num_streams:
+        bound = timeline.lower_bound
     if original is not None:
-        serial = serial_assignment(build_dag(original), model)
-        bound = lower_bound(serial.critical_path, serial.total_cost, streams)
+        dag = build_dag(original)
+        cost = node_costs(dag, model)
+        bound = makespan_lower_bound(dag.nodes, dag.preds, cost, streams)
     return Schedule(
         gm,
         streams,

@@ -43,3 +43,24 @@ def test_benchmark_prints_its_table(script: str, columns: list[str]) -> None:
     differences = {names.index("analysis_ms")} if "analysis_ms" in names else set()
     for row in rows:
         assert all(float(v) >= 0 for i, v in enumerate(row) if i not in differences), row
+
+
+def test_quality_benchmark_prints_its_table() -> None:
+    pytest.importorskip("ortools")
+    run = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_quality.py"), "--quick", "--streams", "2"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    header = lines[0].split()
+    assert header[:2] == ["family", "streams"]
+    for column in ("mean", "p90", "max", "at_opt%", "mismatch", "forward_mean", "final_max"):
+        assert column in header, column
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert {"layered", "moe", "attention", "resnext", "decoder", "all"} <= set(rows)
+    total = rows["all"]
+    assert total[header.index("mismatch")] == "0"  # simulate(emitted) == claimed, always
+    assert all(float(v) >= 1.0 for v in total[header.index("mean") : header.index("at_opt%")])

@@ -158,3 +158,85 @@ def test_simulate_refuses_a_cost_model_without_cost() -> None:
     stack = decoder_stack(1, (0,))
     with pytest.raises(msched.InvalidArgumentError, match="must have a cost\\(node\\) method"):
         msched.simulate(stack.gm, object())  # type: ignore[arg-type]
+
+
+class _Block(torch.nn.Module):
+    """Modules whose path names say nothing (or the wrong thing) about what they run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q_proj = torch.nn.Linear(16, 32)
+        self.fc1 = torch.nn.Linear(32, 8)
+        self.attn_norm = torch.nn.LayerNorm(8)  # a norm, though its path says "attn"
+        self.act = torch.nn.GELU()
+        self.flat = torch.nn.Flatten(0)
+        self.conv = torch.nn.Conv1d(4, 6, kernel_size=3, groups=2)
+
+    def forward(self, x: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        h = self.act(self.attn_norm(self.fc1(self.q_proj(x))))
+        rows = x.shape[0] + x.size(1) + x.dim()
+        return self.flat(h) * rows, self.conv(s)
+
+
+def _traced_block() -> torch.fx.GraphModule:
+    gm = torch.fx.symbolic_trace(_Block())
+    torch.fx.passes.shape_prop.ShapeProp(gm).propagate(torch.randn(5, 16), torch.randn(2, 4, 9))
+    return gm
+
+
+def test_call_module_costs_follow_the_module_type_not_its_name() -> None:
+    gm = _traced_block()
+    model = msched.DefaultCostModel()
+    costs = {n.name: model.cost(n) for n in gm.graph.nodes}
+    kinds = {n.name: op_category(n) for n in gm.graph.nodes if n.op == "call_module"}
+    assert kinds == {
+        "q_proj": "matmul",
+        "fc1": "matmul",
+        "attn_norm": "other",
+        "act": "other",
+        "flat": "other",
+        "conv": "matmul",
+    }
+    assert [costs[k] for k in ("q_proj", "fc1", "conv", "attn_norm", "act")] == [10, 10, 10, 1, 1]
+    assert costs["flat"] == 0.0  # nn.Flatten is a view
+    reads = [n for n in gm.graph.nodes if n.target in (getattr, "size", "dim")]
+    assert len(reads) == 3 and all(costs[n.name] == 0.0 for n in reads), reads
+
+
+def test_the_cost_cache_tells_apart_modules_of_one_path_in_different_graphs() -> None:
+    model = msched.DefaultCostModel()
+    for module, expected in ((torch.nn.Linear(4, 4), 10.0), (torch.nn.ReLU(), 1.0)):
+        gm = torch.fx.symbolic_trace(torch.nn.Sequential(module))  # both paths are "0"
+        node = next(n for n in gm.graph.nodes if n.op == "call_module")
+        assert model.cost(node) == expected
+
+
+def test_roofline_prices_linear_and_conv_modules_from_weight_and_shapes() -> None:
+    gm = _traced_block()
+    model = msched.RooflineCostModel(peak_flops=1e9, bandwidth=1e9, launch_us=0.0)
+    node = {n.name: n for n in gm.graph.nodes}
+
+    def expected(flops: float, moved_elements: float) -> float:
+        return max(flops / 1e9, moved_elements * 4 / 1e9) * 1e6
+
+    # q_proj: [5, 16] -> [5, 32]; weight 32x16 and bias 32
+    q_flops = 2 * 5 * 32 * 16
+    assert model.cost(node["q_proj"]) == pytest.approx(
+        expected(q_flops, 5 * 16 + 5 * 32 + 32 * 16 + 32)
+    )
+    # conv: [2, 4, 9] -> [2, 6, 7], 2 groups: 2 input channels per group, kernel 3
+    conv_flops = 2 * (2 * 6 * 7) * 2 * 3
+    conv_moved = 2 * 4 * 9 + 2 * 6 * 7 + 6 * 2 * 3 + 6
+    assert model.cost(node["conv"]) == pytest.approx(expected(conv_flops, conv_moved))
+    assert model.cost(node["act"]) == pytest.approx(expected(0, 2 * 5 * 8))  # bytes only
+    assert model.cost(node["flat"]) == 0.0
+
+
+def test_roofline_takes_a_linear_output_from_its_input_without_shape_metadata() -> None:
+    gm = _traced_block()
+    for n in gm.graph.nodes:
+        if n.name == "q_proj":
+            del n.meta["tensor_meta"]
+            q_proj = n
+    model = msched.RooflineCostModel(peak_flops=1e9, bandwidth=1e18, launch_us=0.0)
+    assert model.cost(q_proj) == pytest.approx(2 * 5 * 32 * 16 / 1e9 * 1e6)

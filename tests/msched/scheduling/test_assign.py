@@ -8,6 +8,7 @@ import msched
 from msched.pictures.explain import explain_lines, placement_text
 from msched.scheduling import assign
 from msched.scheduling.assign import Assignment, _Lane, assign_streams, bottom_levels
+from msched.testing import families
 from msched.testing.decoders import decoder_stack
 
 from ..graphs import eagle3_graph, module
@@ -200,3 +201,42 @@ def test_one_stream_placements_say_the_input_order_is_kept() -> None:
     rules = {sched.assignment.reasons[n].rule for n in stack.gm.graph.nodes}
     assert rules == {assign.INPUT, assign.IN_ORDER, assign.OUTPUT}
     assert "input order is kept" in placement_text(sched, stack.captures[0])
+
+
+def test_a_pass_over_the_reversed_dag_wins_where_the_first_pass_falls_short() -> None:
+    gm = families.layered_dag(8)  # 21 nodes; the bottom-level pass starts a short matmul late
+    dag = msched.build_dag(gm)
+    model = msched.DefaultCostModel()
+    first = assign_streams(dag, 2, model, passes=())
+    final = assign_streams(dag, 2, model)
+    assert (first.makespan, final.makespan) == (41.0, 33.0)
+    assert final.lower_bound <= 33.0
+    sched = msched.schedule(gm, 2)
+    assert sched.makespan == 33.0 == msched.simulate(gm).makespan
+    assert msched.verify(gm, original=sched.original).ok
+    # The winning pass placed every node by the forward rules, with its own priorities.
+    assert {final.reasons[n].rule for n in final.order} <= {
+        assign.ZERO_COST,
+        assign.AFFINITY,
+        assign.FIRST_FREE,
+        assign.EARLIEST_GAP,
+    }
+
+
+def test_no_second_pass_runs_when_the_first_meets_the_lower_bound() -> None:
+    g, _ = _two_chains()
+    dag = msched.build_dag(module(g))
+    a = assign_streams(dag, 2, msched.DefaultCostModel())
+    assert a.makespan == a.lower_bound
+    assert all(
+        a.reasons[n].priority == level
+        for n, level in bottom_levels(
+            dag, {n: msched.DefaultCostModel().cost(n) for n in dag.nodes}
+        ).items()
+    )
+
+
+def test_unknown_pass_names_are_refused() -> None:
+    g, _ = _two_chains()
+    with pytest.raises(msched.InvalidArgumentError, match="unknown pass 'sideways'"):
+        assign_streams(msched.build_dag(module(g)), 2, msched.DefaultCostModel(), ("sideways",))
