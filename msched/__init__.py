@@ -13,6 +13,7 @@ from msched.analysis.effects import register_mutation, register_pure, register_s
 from msched.compile.compiler import backend, trace
 from msched.compile.tracing import cuda_streams_on_cpu, trace_streams
 from msched.errors import (
+    InductorInterfaceError,
     InvalidArgumentError,
     InvalidGraphError,
     MschedError,
@@ -37,6 +38,7 @@ __all__ = [
     "Dialect",
     "DefaultCostModel",
     "Execution",
+    "InductorInterfaceError",
     "InvalidArgumentError",
     "InvalidGraphError",
     "MschedError",

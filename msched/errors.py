@@ -40,3 +40,8 @@ class SplitOpNotFoundError(InvalidArgumentError):
 
 class SplitOpNotFoundWarning(UserWarning):
     """A graph the backend splits calls no ``split_ops`` op and nothing like one: one piece."""
+
+
+class InductorInterfaceError(MschedError):
+    """A private TorchInductor interface msched's Inductor support relies on is missing in
+    this torch; the message names each one and the torch version."""
