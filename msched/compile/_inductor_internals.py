@@ -23,7 +23,8 @@ What msched reads and where (torch 2.13 / 2.14):
 5. Ordering in the post-grad graph: ``torch._inductor.fx_passes.control_dependencies``
    (``control_deps``, ``preserve_node_ordering``, ``_create_subgraph_for_node``,
    ``get_subgraph_name``).
-6. Dynamo's external-object table (``torch._dynamo.graph_bytecode_inputs``), which stream
+6. The output module when it comes from Inductor's cache too: ``PyCodeCache.load_by_key_path``.
+7. Dynamo's external-object table (``torch._dynamo.graph_bytecode_inputs``), which stream
    ops index.
 """
 
@@ -61,6 +62,7 @@ INTERFACES: tuple[tuple[str, str], ...] = (
     ("torch._inductor.fx_passes.control_dependencies", "preserve_node_ordering"),
     ("torch._inductor.fx_passes.control_dependencies", "_create_subgraph_for_node"),
     ("torch._inductor.fx_passes.control_dependencies", "get_subgraph_name"),
+    ("torch._inductor.codecache", "PyCodeCache.load_by_key_path"),
     ("torch._dynamo.graph_bytecode_inputs", "index_to_external_object_weakref"),
 )
 
@@ -333,6 +335,57 @@ def custom_graph_pass_base() -> type:
     return CustomGraphPass
 
 
+def wrap_in_control_deps(gm: Any, node: Any, after: list[Any]) -> Any:
+    """Replace the stream op ``node`` by ``control_deps(after, subgraph(node))``: Inductor
+    then schedules it after every node of ``after``.  Returns the ``control_deps`` node."""
+    from torch._inductor.fx_passes.control_dependencies import (
+        _create_subgraph_for_node,
+        control_deps,
+        get_subgraph_name,
+    )
+
+    graph = gm.graph
+    subgraph = _create_subgraph_for_node(graph, node, [])
+    name = get_subgraph_name(gm, node.name)
+    setattr(gm, name, subgraph)
+    with graph.inserting_before(node):
+        ctrl = graph.call_function(control_deps, (tuple(after), graph.get_attr(name)), {})
+    ctrl.meta["custom"] = dict(node.meta.get("custom", {}))
+    node.replace_all_uses_with(ctrl)
+    graph.erase_node(node)
+    return ctrl
+
+
+def order_after(graph: Any, followers: dict[Any, Any]) -> None:
+    """Make Inductor schedule every key of ``followers`` after its value."""
+    from torch._inductor.fx_passes.control_dependencies import preserve_node_ordering
+    from torch.utils._ordered_set import OrderedSet
+
+    if followers:
+        preserve_node_ordering(graph, {n: OrderedSet([w]) for n, w in followers.items()})
+
+
+@contextlib.contextmanager
+def recording_loaded_modules() -> Iterator[list[Any]]:
+    """Every output module Inductor loads while the block runs (fresh or from its cache),
+    into the yielded list (``PyCodeCache.load_by_key_path``)."""
+    from torch._inductor.codecache import PyCodeCache
+
+    loaded: list[Any] = []
+    original = PyCodeCache.__dict__["load_by_key_path"]
+
+    def load_by_key_path(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        module = original.__func__(cls, *args, **kwargs)
+        loaded.append(module)
+        return module
+
+    setattr(PyCodeCache, "load_by_key_path", classmethod(load_by_key_path))  # noqa: B010
+    try:
+        yield loaded
+    finally:
+        setattr(PyCodeCache, "load_by_key_path", original)  # noqa: B010
+
+
 def external_object_table() -> dict[int, Any]:
     """Dynamo's table of external objects (index -> weak reference), which stream ops read."""
     from torch._dynamo import graph_bytecode_inputs
@@ -349,6 +402,9 @@ __all__ = [
     "custom_graph_pass_base",
     "external_object_table",
     "missing_interfaces",
+    "order_after",
+    "recording_loaded_modules",
+    "wrap_in_control_deps",
     "recording_final_orders",
     "require_interfaces",
 ]

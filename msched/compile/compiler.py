@@ -68,6 +68,8 @@ from msched.scheduling.pipeline import Schedule, schedule
 #: Where ``piecewise=True`` splits by default: the attention op of the reference decoders,
 #: by name, so the backend imports no model to have it (see `backend`).
 DEFAULT_SPLIT_OPS = ("msched::attention",)
+#: The values of ``backend(compiler=...)``.
+COMPILERS = ("fx", "inductor")
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,11 @@ class BackendConfig:
     verify: bool = True
     cost_model: CostModel | None = None
     exit_edges: bool = True
+    compiler: str = "fx"
+    # Ablations of compiler="inductor", for tests only: without the ties of consumers to
+    # waits, or without the guard against buffer reuse across streams.
+    tie_waits: bool = True
+    guard_reuse: bool = True
 
 
 @dataclass(frozen=True)
@@ -93,12 +100,18 @@ class Piece:
 
     ``gm`` is the scheduled module as the runtime calls it; ``schedule.original`` is the
     piece before scheduling; ``report`` is the verification report (None if not verified).
+    With ``compiler="inductor"``: ``gm`` is the post-grad graph msched scheduled, ``code``
+    Inductor's output source, ``kernel_order`` its final kernel order as a stream program
+    (`msched.compile.kernel_order`; None when Inductor served the code from its cache) and
+    ``report`` the verification of that program.
     """
 
     name: str
     gm: GraphModule
     schedule: Schedule
     report: Report | None
+    code: str = ""
+    kernel_order: GraphModule | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +134,8 @@ class MschedBackend:
         # Benchmarks pass a runtime that delays auxiliary streams; everyone else the default.
         self.runtime_factory = runtime_factory
         self._graphs: list[CompiledGraph] = []
+        self._inductor_pieces: list[Piece] = []
+        self._inductor_graphs = 0
         self.__name__ = "msched"
 
     @property
@@ -130,11 +145,21 @@ class MschedBackend:
 
     @property
     def pieces(self) -> tuple[Piece, ...]:
-        """The pieces of every graph compiled so far, in order."""
-        return tuple(p for g in self._graphs for p in g.pieces)
+        """The pieces of every graph compiled so far, in order (``compiler="inductor"``
+        compiles a piece of a piecewise graph at its first call)."""
+        return tuple(p for g in self._graphs for p in g.pieces) + tuple(self._inductor_pieces)
 
     def __call__(self, gm: GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         from torch._functorch.aot_autograd import aot_module_simplified
+
+        if self.config.compiler == "inductor":
+            from msched.compile.inductor_backend import compile_graph_with_inductor
+
+            name = f"graph{len(self._graphs) + self._inductor_graphs}"
+            self._inductor_graphs += 1
+            return compile_graph_with_inductor(
+                name, gm, example_inputs, self.config, self._inductor_pieces
+            )
 
         return aot_module_simplified(
             gm,
@@ -178,6 +203,7 @@ def backend(
     verify: bool = True,
     cost_model: CostModel | None = None,
     *,
+    compiler: str = "fx",
     exit_edges: bool = True,
 ) -> MschedBackend:
     """A ``torch.compile`` backend that schedules every graph onto ``num_streams`` streams
@@ -195,14 +221,20 @@ def backend(
     ``cost(node)`` method).  ``verify=True`` verifies every piece and raises
     `msched.PieceVerificationError` naming it on a violation.  ``exit_edges=False`` is the
     ablation of `msched.schedule` that reproduces the Eagle3 bug (for tests and benchmarks).
-    Bad arguments raise `InvalidArgumentError` here, not at compile time.  See the module
-    docstring.
+    ``compiler`` is ``"fx"`` (the scheduled graph runs op by op) or ``"inductor"`` (Inductor
+    compiles every piece with msched's streams kept and ``verify`` checks its final kernel
+    order; `msched.compile.inductor_backend`).  Bad arguments raise `InvalidArgumentError`
+    here, not at compile time.  See the module docstring.
     """
     check_num_streams(num_streams)
+    if compiler not in COMPILERS:
+        raise InvalidArgumentError(
+            f"compiler must be one of {', '.join(map(repr, COMPILERS))}, got {compiler!r}"
+        )
     ops = _check_split_ops(split_ops) if split_ops is not None else DEFAULT_SPLIT_OPS
     check_cost_model(cost_model)
     config = BackendConfig(
-        num_streams, bool(piecewise), ops, bool(verify), cost_model, bool(exit_edges)
+        num_streams, bool(piecewise), ops, bool(verify), cost_model, bool(exit_edges), compiler
     )
     return MschedBackend(config)
 
