@@ -313,7 +313,10 @@ def _is_split_op(node: Node, split_ops: tuple[Any, ...]) -> bool:
 
 
 def _has_name(target: Any, name: Any) -> bool:
-    """Whether the op ``target`` is the one the qualified name ``name`` stands for."""
+    """Whether the op ``target`` is the one the qualified name ``name`` stands for (an
+    ``OpOverloadPacket``, as Dynamo's graphs call custom ops, by a name without overload)."""
+    if isinstance(name, str) and isinstance(target, torch._ops.OpOverloadPacket):
+        return "." not in name and str(target._qualified_op_name) == name
     if not isinstance(name, str) or not isinstance(target, torch._ops.OpOverload):
         return False
     schema = target._schema

@@ -92,6 +92,16 @@ def test_every_piece_is_fused_verified_and_on_streams(compiled_decoder) -> None:
     assert len(on_streams) >= 2  # None (the caller's) and at least one side stream
 
 
+def test_a_compiled_piece_pictures_its_kernels_on_lanes(compiled_decoder) -> None:
+    from msched import pictures
+
+    b = compiled_decoder[0]
+    program = b.pieces[0].kernel_order
+    lines = pictures.render_text(program).splitlines()
+    assert any(line.startswith("s1 |") and "kernel(reads=" in line for line in lines)
+    assert all(name in pictures.render_svg(program) for name in kernel_names(program)[:3])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("ablation", ["tie_waits", "guard_reuse"])
 def test_without_the_ties_or_the_reuse_guard_the_final_order_fails(ablation) -> None:
