@@ -102,13 +102,14 @@ class Piece:
     piece before scheduling; ``report`` is the verification report (None if not verified).
     With ``compiler="inductor"``: ``gm`` is the post-grad graph msched scheduled, ``code``
     Inductor's output source, ``kernel_order`` its final kernel order as a stream program
-    (`msched.compile.kernel_order`; None when Inductor served the code from its cache) and
-    ``report`` the verification of that program.
+    (`msched.compile.kernel_order`) and ``report`` the verification of that program; when
+    Inductor served the code from its cache (``verify=False`` only), msched's pass did not
+    run: ``schedule`` and ``kernel_order`` are None and ``gm`` is the piece as Dynamo gave it.
     """
 
     name: str
     gm: GraphModule
-    schedule: Schedule
+    schedule: Schedule | None
     report: Report | None
     code: str = ""
     kernel_order: GraphModule | None = None

@@ -140,9 +140,7 @@ def compile_piece(
     code = _source(module)
     program = kernel_order_program(orders[-1], (CALLER,)) if orders else None
     report = _verified(name, program) if config.verify else None
-    sched = result.schedule
-    if sched is None:  # served from Inductor's cache: the pass did not run here
-        sched = schedule(_copy(gm), 1)
+    sched = result.schedule  # None when Inductor served the code from its cache
     device = _device_of(example_inputs)
     streams = NativeStreams(device)
     if module is not None and device.type != "cuda":
@@ -151,17 +149,11 @@ def compile_piece(
     return CompiledPiece(compiled, streams, config.num_streams, _events_in(code, sched))
 
 
-def _events_in(code: str, sched: Schedule) -> int:
+def _events_in(code: str, sched: Schedule | None) -> int:
     """How many of msched's events the piece uses (its schedule's, or on a cache hit the
     highest event index its code names)."""
     found = [int(i) - EVENT_BASE for i in re.findall(r"\b(2\d{6})\b", code)]
-    return max([sched.num_events, *(i + 1 for i in found if i >= 0)])
-
-
-def _copy(gm: GraphModule) -> GraphModule:
-    import copy
-
-    return GraphModule(gm, copy.deepcopy(gm.graph))
+    return max([sched.num_events if sched else 0, *(i + 1 for i in found if i >= 0)])
 
 
 def _source(module: Any) -> str:

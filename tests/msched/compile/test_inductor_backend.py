@@ -136,6 +136,7 @@ CACHE_SCRIPT = textwrap.dedent(
     code = b.pieces[0].code
     print("STREAMS" if "with stream1:" in code and "wait_event" in code else "PLAIN")
     print("EQUAL" if torch.allclose(out, model(x, torch.zeros_like(cap)), atol=1e-5) else "DIFF")
+    print("HIT" if b.pieces[0].schedule is None else "COMPILED")  # msched's pass did not run
     """
 )
 
@@ -145,9 +146,11 @@ def test_the_cache_never_serves_a_stream_less_program_to_the_stream_build(tmp_pa
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
     script = tmp_path / "build.py"
     script.write_text(CACHE_SCRIPT)
-    for mode in ("both", "warm"):  # one process with both builds, then a fresh one
+    # One process with both builds (the stream build compiles), then a fresh process with
+    # the warm cache (the stream build is served from it, with its streams).
+    for mode, source in (("both", "COMPILED"), ("warm", "HIT")):
         done = subprocess.run(
             [sys.executable, str(script), mode], env=env, capture_output=True, text=True
         )
         assert done.returncode == 0, done.stderr[-3000:]
-        assert done.stdout.split() == ["STREAMS", "EQUAL"], (mode, done.stdout)
+        assert done.stdout.split() == ["STREAMS", "EQUAL", source], (mode, done.stdout)
