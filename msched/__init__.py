@@ -14,6 +14,7 @@ from msched.analysis.effects import register_mutation, register_pure, register_s
 from msched.compile.compiler import backend, trace
 from msched.compile.tracing import cuda_streams_on_cpu, trace_streams
 from msched.errors import (
+    InductorInterfaceError,
     InvalidArgumentError,
     InvalidGraphError,
     MissingDependencyError,
@@ -46,6 +47,7 @@ __all__ = [
     "Dialect",
     "DefaultCostModel",
     "Execution",
+    "InductorInterfaceError",
     "InvalidArgumentError",
     "InvalidGraphError",
     "MissingDependencyError",

@@ -91,6 +91,9 @@ def schema_of(op: OpOverload) -> FunctionSchema:
     return op._schema
 
 
+registered_op_names = require(torch._C, "_dispatch_get_all_op_names", "msched.proof.lookalikes")
+
+
 def qualified_name(packet: OpOverloadPacket) -> str:
     """``aten::add`` for ``torch.ops.aten.add``."""
     return packet._qualified_op_name

@@ -68,3 +68,8 @@ class TorchInternalsError(MschedError):
 class UntestedVersionWarning(UserWarning):
     """A library msched or its pytest plugin relies on (torch, pytest, pytest-xdist, syrupy) is
     installed in a version outside the range CI tests; the message names both."""
+
+
+class InductorInterfaceError(MschedError):
+    """A private TorchInductor interface msched's Inductor support relies on is missing in
+    this torch; the message names each one and the torch version."""

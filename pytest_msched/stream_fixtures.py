@@ -2,8 +2,9 @@
 
 ``trace_streams(fn, *example_inputs, caller_stream=None, stage="dynamo")`` is
 `msched.trace_streams`: the ``GraphModule`` PyTorch builds for ``fn``'s stream code (never
-run), ready for ``msched.verify(gm)`` or the assertion helpers; each graph is counted in the
-terminal summary (``graphs traced (trace_streams): ...``).
+run; ``stage="inductor"``: Inductor's final kernel order), ready for ``msched.verify(gm)``
+or the assertion helpers; each graph is counted in the terminal summary (``graphs traced
+(trace_streams): ...``).
 """
 
 from __future__ import annotations

@@ -56,6 +56,7 @@ from msched._torch_internals import (
     OpOverloadPacket,
     aot_module_simplified,
     backend_compiler_failed,
+    qualified_name,
     schema_of,
 )
 from msched.analysis.cost import CostModel, check_cost_model
@@ -77,6 +78,8 @@ from msched.scheduling.pipeline import Schedule, schedule
 #: Where ``piecewise=True`` splits by default: the attention op of the reference decoders,
 #: by name, so the backend imports no model to have it (see `backend`).
 DEFAULT_SPLIT_OPS = ("msched::attention",)
+#: The values of ``backend(compiler=...)``.
+COMPILERS = ("fx", "inductor")
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,11 @@ class BackendConfig:
     verify: bool = True
     cost_model: CostModel | None = None
     exit_edges: bool = True
+    compiler: str = "fx"
+    # Ablations of compiler="inductor", for tests only: without the ties of consumers to
+    # waits, or without the guard against buffer reuse across streams.
+    tie_waits: bool = True
+    guard_reuse: bool = True
 
 
 @dataclass(frozen=True)
@@ -102,12 +110,19 @@ class Piece:
 
     ``gm`` is the scheduled module as the runtime calls it; ``schedule.original`` is the
     piece before scheduling; ``report`` is the verification report (None if not verified).
+    With ``compiler="inductor"``: ``gm`` is the post-grad graph msched scheduled, ``code``
+    Inductor's output source, ``kernel_order`` its final kernel order as a stream program
+    (`msched.compile.kernel_order`) and ``report`` the verification of that program; when
+    Inductor served the code from its cache (``verify=False`` only), msched's pass did not
+    run: ``schedule`` and ``kernel_order`` are None and ``gm`` is the piece as Dynamo gave it.
     """
 
     name: str
     gm: GraphModule
-    schedule: Schedule
+    schedule: Schedule | None
     report: Report | None
+    code: str = ""
+    kernel_order: GraphModule | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +145,8 @@ class MschedBackend:
         # Benchmarks pass a runtime that delays auxiliary streams; everyone else the default.
         self.runtime_factory = runtime_factory
         self._graphs: list[CompiledGraph] = []
+        self._inductor_pieces: list[Piece] = []
+        self._inductor_graphs = 0
         self.__name__ = "msched"
 
     @property
@@ -139,10 +156,19 @@ class MschedBackend:
 
     @property
     def pieces(self) -> tuple[Piece, ...]:
-        """The pieces of every graph compiled so far, in order."""
-        return tuple(p for g in self._graphs for p in g.pieces)
+        """The pieces of every graph compiled so far, in order (``compiler="inductor"``
+        compiles a piece of a piecewise graph at its first call)."""
+        return tuple(p for g in self._graphs for p in g.pieces) + tuple(self._inductor_pieces)
 
     def __call__(self, gm: GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        if self.config.compiler == "inductor":
+            from msched.compile.inductor_backend import compile_graph_with_inductor
+
+            name = f"graph{len(self._graphs) + self._inductor_graphs}"
+            self._inductor_graphs += 1
+            return compile_graph_with_inductor(
+                name, gm, example_inputs, self.config, self._inductor_pieces
+            )
         return aot_module_simplified(
             gm,
             example_inputs,
@@ -185,6 +211,7 @@ def backend(
     verify: bool = True,
     cost_model: CostModel | None = None,
     *,
+    compiler: str = "fx",
     exit_edges: bool = True,
 ) -> MschedBackend:
     """A ``torch.compile`` backend that schedules every graph onto ``num_streams`` streams
@@ -203,14 +230,20 @@ def backend(
     ``cost(node)`` method).  ``verify=True`` verifies every piece and raises
     `msched.PieceVerificationError` naming it on a violation.  ``exit_edges=False`` is the
     ablation of `msched.schedule` that reproduces the Eagle3 bug (for tests and benchmarks).
-    Bad arguments raise `InvalidArgumentError` here, not at compile time.  See the module
-    docstring.
+    ``compiler`` is ``"fx"`` (the scheduled graph runs op by op) or ``"inductor"`` (Inductor
+    compiles every piece with msched's streams kept and ``verify`` checks its final kernel
+    order; `msched.compile.inductor_backend`).  Bad arguments raise `InvalidArgumentError`
+    here, not at compile time.  See the module docstring.
     """
     check_num_streams(num_streams)
+    if compiler not in COMPILERS:
+        raise InvalidArgumentError(
+            f"compiler must be one of {', '.join(map(repr, COMPILERS))}, got {compiler!r}"
+        )
     ops = _check_split_ops(split_ops) if split_ops is not None else DEFAULT_SPLIT_OPS
     check_cost_model(cost_model)
     config = BackendConfig(
-        num_streams, bool(piecewise), ops, bool(verify), cost_model, bool(exit_edges)
+        num_streams, bool(piecewise), ops, bool(verify), cost_model, bool(exit_edges), compiler
     )
     return MschedBackend(config)
 
@@ -239,10 +272,11 @@ def _split_op_spec(op: Any) -> Any:
 
 def qualified_op_name(op: Any) -> str:
     """``op`` spelled as ``split_ops`` takes it: ``"aten::mm.default"``, ``"aten::mm"``."""
-    if isinstance(op, torch._ops.OpOverload):
-        return f"{op._schema.name}.{op._schema.overload_name or 'default'}"
-    if isinstance(op, torch._ops.OpOverloadPacket):
-        return str(op._qualified_op_name)
+    if isinstance(op, OpOverload):
+        schema = schema_of(op)
+        return f"{schema.name}.{schema.overload_name or 'default'}"
+    if isinstance(op, OpOverloadPacket):
+        return qualified_name(op)
     return str(op)
 
 
@@ -312,7 +346,10 @@ def _is_split_op(node: Node, split_ops: tuple[Any, ...]) -> bool:
 
 
 def _has_name(target: Any, name: Any) -> bool:
-    """Whether the op ``target`` is the one the qualified name ``name`` stands for."""
+    """Whether the op ``target`` is the one the qualified name ``name`` stands for (an
+    ``OpOverloadPacket``, as Dynamo's graphs call custom ops, by a name without overload)."""
+    if isinstance(name, str) and isinstance(target, OpOverloadPacket):
+        return "." not in name and qualified_name(target) == name
     if not isinstance(name, str) or not isinstance(target, OpOverload):
         return False
     schema = schema_of(target)

@@ -31,7 +31,7 @@ from msched._torch_internals import aot_autograd, dynamo_current_stream, dynamo_
 from msched.errors import InvalidArgumentError
 from msched.proof.torch_streams import CALLER_META
 
-STAGES = ("dynamo", "aot")
+STAGES = ("dynamo", "aot", "inductor")
 # The caller's streams of the `cuda_streams_on_cpu` blocks being run, innermost last.
 _AMBIENT: list[torch.Stream] = []
 
@@ -47,7 +47,10 @@ def trace_streams(
 
     ``stage="dynamo"`` returns Dynamo's graph (torch-level calls, in-place ops as written);
     ``stage="aot"`` the inference graph after AOT autograd (functional aten ops; a mutated
-    input comes back as an extra output; sync ops wrapped in ``control_deps``).  Traced under
+    input comes back as an extra output; sync ops wrapped in ``control_deps``);
+    ``stage="inductor"`` the final kernel order Inductor generates for that graph (after
+    fusion, reordering and buffer reuse; `msched.compile.kernel_order`), compiled with
+    Inductor's caches off so that it is read, never run.  Traced under
     ``torch.no_grad()`` with ``fullgraph=True``.  ``caller_stream`` is the stream current
     while tracing (a fresh CPU stream when None); its table indices (Dynamo registers it as
     the current stream, and again where the code names it) are recorded in
@@ -108,7 +111,9 @@ class _Capture:
 
     def __call__(self, gm: GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         table = _table()
-        if self.stage == "aot":
+        if self.stage == "inductor":
+            graph = _inductor_program(gm, example_inputs)
+        elif self.stage == "aot":
             found: list[GraphModule] = []
 
             def keep(inner: GraphModule, inputs: list[Any]) -> Callable[..., Any]:
@@ -123,6 +128,17 @@ class _Capture:
         graph.meta[CALLER_META] = caller or None
         self.graph = graph
         return _stand_in(gm)
+
+
+def _inductor_program(gm: GraphModule, example_inputs: list[Any]) -> GraphModule:
+    from msched.compile import _inductor_internals as internals
+    from msched.compile.kernel_order import kernel_order_program
+
+    with internals.recording_final_orders() as orders:
+        internals.compile_fx(gm, example_inputs, force_disable_caches=True)
+    if not orders:
+        raise InvalidArgumentError("Inductor generated no code for the traced graph")
+    return kernel_order_program(orders[-1])
 
 
 def _stand_in(gm: GraphModule) -> Callable[..., Any]:

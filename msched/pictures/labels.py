@@ -61,10 +61,22 @@ def target_name(node: Node) -> str:
     return f"{module.lstrip('_')}.{name}" if module not in ("builtins", "") else name
 
 
+#: The ops of a kernel-order program (`msched.compile.kernel_order`): one per Inductor kernel.
+KERNEL_OPS = frozenset({"msched.inductor_kernel.default", "msched.inductor_kernel_writes.default"})
+
+
+def is_kernel(node: Node) -> bool:
+    """Whether ``node`` is a kernel or extern call of a kernel-order program."""
+    return node.op == "call_function" and target_name(node) in KERNEL_OPS
+
+
 def op_label(node: Node) -> str:
-    """The op of ``node`` as a picture labels it: its target, ``.method`` or its FX op."""
+    """The op of ``node`` as a picture labels it: its target, ``.method`` or its FX op
+    (``kernel`` for a kernel of a kernel-order program)."""
     if node.op in (*INPUT_OPS, "output"):
         return node.op
+    if is_kernel(node):
+        return "kernel"
     if node.op == "call_method":
         return f".{node.target}"
     return target_name(node)

@@ -13,7 +13,7 @@ from typing import Any
 from torch.fx import GraphModule, Node
 
 from msched.analysis.cost import CostModel
-from msched.pictures.labels import ADDRESS, format_number, target_name
+from msched.pictures.labels import ADDRESS, format_number, is_kernel, target_name
 from msched.pictures.naming import EventNames, event_names_of_graph
 from msched.pictures.view import View, view_of
 from msched.proof.dialects import Step
@@ -74,7 +74,17 @@ def node_text(node: Node) -> str:
         return f"{node.name} = {format_arg(node.args[0])}.{node.target}({_call_args(node, 1)})"
     if node.op == "call_module":
         return f"{node.name} = self.{node.target}({_call_args(node)})"
+    if is_kernel(node):
+        return _kernel_text(node)
     return f"{node.name} = {target_name(node)}({_call_args(node)})"
+
+
+def _kernel_text(node: Node) -> str:
+    """A kernel of Inductor's final order: ``op3 = kernel(reads=[buf1], writes=[arg2_1])``."""
+    text = f"{node.name} = kernel(reads={format_arg(node.args[1])}"
+    if len(node.args) > 2:
+        text += f", writes={format_arg(node.args[2])}"
+    return text + ")"
 
 
 def step_text(step: Step, names: EventNames | None = None) -> str:

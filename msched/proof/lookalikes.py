@@ -31,6 +31,13 @@ from typing import Any
 import torch
 from torch.fx import Graph, Node
 
+from msched._torch_internals import (
+    OpOverload,
+    OpOverloadPacket,
+    qualified_name,
+    registered_op_names,
+    schema_of,
+)
 from msched.errors import UnreadStreamOpsError
 
 STRONG_WORDS = frozenset({"stream", "streams", "event", "events"})
@@ -46,10 +53,10 @@ _SHOWN_NODES = 3  # node names listed per op in the error
 
 
 def _op_name(target: Any) -> str | None:
-    if isinstance(target, torch._ops.OpOverload):
-        return str(target._schema.name)
-    if isinstance(target, torch._ops.OpOverloadPacket):
-        return str(target._qualified_op_name)
+    if isinstance(target, OpOverload):
+        return str(schema_of(target).name)
+    if isinstance(target, OpOverloadPacket):
+        return qualified_name(target)
     return None
 
 
@@ -59,8 +66,8 @@ def _words(name: str) -> list[str]:
 
 def _schema_looks(target: Any) -> bool:
     """Whether an argument of the op's schema is named or typed like a stream or event."""
-    schema = getattr(target, "_schema", None)
-    if schema is None and isinstance(target, torch._ops.OpOverloadPacket):
+    schema = schema_of(target) if isinstance(target, OpOverload) else None
+    if schema is None and isinstance(target, OpOverloadPacket):
         overloads = [getattr(target, o) for o in target.overloads()]
         return any(_schema_looks(o) for o in overloads)
     if schema is None:
@@ -103,7 +110,7 @@ def _registered_strong(namespace: str) -> bool:
     """Whether the dispatcher knows an op of ``namespace`` that looks like a stream op by
     itself (cached: an engine registers its ops when it is imported, before its graphs)."""
     prefix = f"{namespace}::"
-    for full in torch._C._dispatch_get_all_op_names():
+    for full in registered_op_names():
         if not full.startswith(prefix):
             continue
         op_name, _, overload = full[len(prefix) :].partition(".")

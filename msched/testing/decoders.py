@@ -100,7 +100,7 @@ def _capture_schema_problem(schema: FunctionSchema) -> str | None:
     return None
 
 
-def capture_argument_names(op: torch._ops.OpOverload) -> tuple[str, ...]:
+def capture_argument_names(op: OpOverload) -> tuple[str, ...]:
     """The names ``op`` gives its destination, source, start and end (its schema's)."""
     return tuple(a.name for a in op._schema.arguments[: len(_CAPTURE_KINDS)])
 

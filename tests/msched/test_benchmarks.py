@@ -64,3 +64,18 @@ def test_quality_benchmark_prints_its_table() -> None:
     total = rows["all"]
     assert total[header.index("mismatch")] == "0"  # simulate(emitted) == claimed, always
     assert all(float(v) >= 1.0 for v in total[header.index("mean") : header.index("at_opt%")])
+
+
+def test_the_gpu_inductor_benchmark_imports_and_says_it_needs_cuda(capsys) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_inductor", BENCHMARKS / "gpu_inductor.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    args = module.build_parser().parse_args(["--streams", "2", "--layers", "4"])
+    assert (args.streams, args.layers, args.repeat) == (2, 4, 20)
+    if module.torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: run the benchmark itself")
+    assert module.main([]) == 1
+    assert "needs a CUDA device" in capsys.readouterr().out

@@ -50,3 +50,24 @@ def test_trace_streams_fixture_traces_counts_and_fails_clearly(pytester: pytest.
             "*graphs traced (trace_streams): 3, up to 2 streams, 5 waits*",
         ]
     )
+
+
+@pytest.mark.slow
+def test_the_fixture_reads_inductors_final_order(trace_streams) -> None:
+    import torch
+
+    import msched
+    from msched.compile.kernel_order import kernel_names
+
+    side = torch.Stream(device="cpu")
+
+    def joined(x):
+        caller = torch.accelerator.current_stream()
+        side.wait_stream(caller)
+        with side:
+            y = x.relu() * 2
+        caller.wait_stream(side)
+        return y + 1
+
+    gm = trace_streams(joined, torch.randn(4), stage="inductor")
+    assert kernel_names(gm) and msched.verify(gm).ok

@@ -236,7 +236,7 @@ def test_cuda_stream_code_does_not_build_on_cpu_without_it() -> None:
 
 def test_bad_arguments_are_refused() -> None:
     with pytest.raises(msched.InvalidArgumentError, match="stage must be one of"):
-        msched.trace_streams(joined_with_events, inputs()[0], stage="inductor")
+        msched.trace_streams(joined_with_events, inputs()[0], stage="triton")
     with pytest.raises(msched.InvalidArgumentError, match="needs a callable"):
         msched.trace_streams(3)
     with pytest.raises(msched.InvalidArgumentError, match="caller_stream must be a torch"):

@@ -1,0 +1,410 @@
+"""Every private TorchInductor interface msched uses, in one place.
+
+Why one module: Inductor's scheduler, wrapper code generator and stream table are not public
+and change between releases.  Each name used here is listed in `INTERFACES` and checked by
+`check_interfaces`, which ``tests/msched/compile/test_inductor_internals.py`` runs on every
+torch version CI tests (2.13 and 2.14): a change fails that test naming the interface and
+the torch version, and `require_interfaces` raises `InductorInterfaceError` the same way
+before msched touches Inductor.
+
+What msched reads and where (torch 2.13 / 2.14):
+
+1. The final kernel order: ``Scheduler.codegen`` runs on ``Scheduler.nodes`` after fusion
+   and every reordering pass; msched wraps it and reads each node's buffers, reads,
+   mutations and stream (``Scheduler.node_to_stream`` and ``stream_idx_to_user_obj_idx``,
+   Inductor's stream -> Dynamo table index).  Stream ops stay ``ir.FallbackKernel``s whose
+   ``op_overload`` is a ``torch.ops.streams`` op and whose ``constant_args`` are the indices.
+2. Buffer reuse: ``PythonWrapperCodegen.memory_plan_reuse`` turns allocations into
+   ``ReuseLine(node=old, reused_as=new)``; msched wraps it and reads them.
+3. The guard against reuse across streams: ``GraphLowering.never_reuse_buffers`` (names the
+   wrapper never reuses, in place or through the reuse pool).
+4. The output code: ``GraphLowering.compile_to_module`` returns the module; its ``__file__``
+   is the source.
+5. Ordering in the post-grad graph: ``torch._inductor.fx_passes.control_dependencies``
+   (``control_deps``, ``preserve_node_ordering``, ``_create_subgraph_for_node``,
+   ``get_subgraph_name``).
+6. The output module when it comes from Inductor's cache too: ``PyCodeCache.load_by_key_path``.
+7. Dynamo's external-object table (``torch._dynamo.graph_bytecode_inputs``), which stream
+   ops index.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from msched.errors import InductorInterfaceError
+
+#: (module, attribute path) of every private interface this module uses.
+INTERFACES: tuple[tuple[str, str], ...] = (
+    ("torch._inductor.scheduler", "Scheduler.codegen"),
+    ("torch._inductor.scheduler", "Scheduler.nodes"),
+    ("torch._inductor.scheduler", "Scheduler.node_to_stream"),
+    ("torch._inductor.scheduler", "Scheduler.stream_idx_to_user_obj_idx"),
+    ("torch._inductor.codegen.wrapper", "PythonWrapperCodegen.memory_plan_reuse"),
+    ("torch._inductor.codegen.wrapper", "ReuseLine"),
+    ("torch._inductor.graph", "GraphLowering.compile_to_module"),
+    ("torch._inductor.graph", "GraphLowering.never_reuse_buffers"),
+    ("torch._inductor.graph", "GraphLowering.graph_inputs"),
+    ("torch._inductor.ir", "FallbackKernel"),
+    ("torch._inductor.ir", "MutationOutput"),
+    ("torch._inductor.ir", "ExternKernel"),
+    ("torch._inductor.virtualized", "V"),
+    ("torch._inductor.compile_fx", "compile_fx"),
+    ("torch._inductor.custom_graph_pass", "CustomGraphPass"),
+    ("torch._inductor.fx_passes.control_dependencies", "control_deps"),
+    ("torch._inductor.fx_passes.control_dependencies", "preserve_node_ordering"),
+    ("torch._inductor.fx_passes.control_dependencies", "_create_subgraph_for_node"),
+    ("torch._inductor.fx_passes.control_dependencies", "get_subgraph_name"),
+    ("torch._inductor.codecache", "PyCodeCache.load_by_key_path"),
+    ("torch._dynamo.graph_bytecode_inputs", "index_to_external_object_weakref"),
+)
+
+# Instance attributes: checked on the source of their class, not by getattr.
+_INSTANCE_ATTRIBUTES = frozenset(
+    {
+        "Scheduler.nodes",
+        "Scheduler.node_to_stream",
+        "Scheduler.stream_idx_to_user_obj_idx",
+        "GraphLowering.never_reuse_buffers",
+        "GraphLowering.graph_inputs",
+    }
+)
+
+
+@functools.cache
+def missing_interfaces() -> tuple[str, ...]:
+    """The entries of `INTERFACES` this torch lacks, as ``module.attribute`` strings."""
+    return tuple(f"{module}.{path}" for module, path in INTERFACES if not _has(module, path))
+
+
+def _has(module_name: str, path: str) -> bool:
+    try:
+        value: Any = importlib.import_module(module_name)
+    except ImportError:
+        return False
+    *owners, last = path.split(".")
+    for part in owners:
+        value = getattr(value, part, None)
+        if value is None:
+            return False
+    if path in _INSTANCE_ATTRIBUTES:
+        import inspect
+
+        return f"self.{last}" in inspect.getsource(value)
+    return hasattr(value, last)
+
+
+def require_interfaces() -> None:
+    """Raise `InductorInterfaceError` naming every missing interface and the torch version."""
+    missing = missing_interfaces()
+    if missing:
+        raise InductorInterfaceError(
+            f"msched's Inductor support needs private TorchInductor interfaces that torch "
+            f"{torch.__version__} does not have: {', '.join(missing)}; msched is tested with "
+            "torch 2.13 and 2.14 (see msched/compile/_inductor_internals.py)"
+        )
+
+
+@dataclass(frozen=True)
+class ScheduledNode:
+    """One node of Inductor's final order: a kernel, an extern call or a stream op.
+
+    ``stream`` is the Dynamo table index of its stream, None for Inductor's default stream
+    (the caller's).  ``outputs`` are the buffers it makes, ``reads`` those it reads (its own
+    outputs excluded), ``mutates`` those it writes in place (``(buffer, mutated)`` pairs).
+    ``kind`` is ``"kernel"``, ``"extern"``, ``"stream"`` or ``"alias"`` (no code: a new name
+    for buffers another node wrote, ``mutates`` says which).
+    ``stream_op`` is the ``torch.ops.streams`` overload and ``stream_args`` its constant
+    arguments when the node is a stream op.  ``origins`` names the post-grad FX nodes it
+    computes.
+    """
+
+    name: str
+    kind: str
+    stream: int | None
+    outputs: tuple[str, ...]
+    reads: tuple[str, ...]
+    mutates: tuple[tuple[str, str], ...]
+    origins: tuple[str, ...]
+    stream_op: Any = None
+    stream_args: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class FinalOrder:
+    """What Inductor generated for one graph: the final node order, the graph's inputs and
+    outputs (buffer names), the buffer reuses (``(old, new)``: ``new`` is written into
+    ``old``'s memory) and the output source code (empty until the module is built)."""
+
+    nodes: tuple[ScheduledNode, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    reuses: tuple[tuple[str, str], ...] = ()
+    code: str = ""
+    stream_names: tuple[tuple[str, int], ...] = ()
+    module: Any = None
+
+
+class _Recorder:
+    """Collects one `FinalOrder` per graph Inductor generates while installed."""
+
+    def __init__(self, guard_reuse: bool) -> None:
+        self.guard_reuse = guard_reuse
+        self.orders: list[FinalOrder] = []
+        self._by_graph: dict[int, int] = {}
+
+    def scheduled(self, graph: Any, scheduler: Any) -> None:
+        if self.guard_reuse:
+            graph.never_reuse_buffers.update(_cross_stream_buffers(scheduler))
+        self._by_graph[id(graph)] = len(self.orders)
+        self.orders.append(_final_order(graph, scheduler))
+
+    def update(self, graph: Any, **changes: Any) -> None:
+        index = self._by_graph.get(id(graph))
+        if index is not None:
+            from dataclasses import replace
+
+            self.orders[index] = replace(self.orders[index], **changes)
+
+
+@contextlib.contextmanager
+def recording_final_orders(guard_reuse: bool = False) -> Iterator[list[FinalOrder]]:
+    """While the block runs, record every graph's `FinalOrder` into the yielded list.
+
+    With ``guard_reuse``, no buffer that a node of another stream than its producer's reads
+    is ever reused (`_cross_stream_buffers`).  Not thread-safe: it patches Inductor's classes.
+    """
+    require_interfaces()
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+    from torch._inductor.graph import GraphLowering
+    from torch._inductor.scheduler import Scheduler
+
+    recorder = _Recorder(guard_reuse)
+    patches = (
+        (Scheduler, "codegen", _codegen_hook(Scheduler.codegen, recorder)),
+        (
+            PythonWrapperCodegen,
+            "memory_plan_reuse",
+            _reuse_hook(PythonWrapperCodegen.memory_plan_reuse, recorder),
+        ),
+        (
+            GraphLowering,
+            "compile_to_module",
+            _module_hook(GraphLowering.compile_to_module, recorder),
+        ),
+    )
+    saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches]
+    for owner, name, replacement in patches:
+        setattr(owner, name, replacement)
+    try:
+        yield recorder.orders
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+def _codegen_hook(original: Callable[..., Any], recorder: _Recorder) -> Callable[..., Any]:
+    def codegen(self: Any) -> Any:
+        from torch._inductor.virtualized import V
+
+        recorder.scheduled(V.graph, self)
+        return original(self)
+
+    return codegen
+
+
+def _reuse_hook(original: Callable[..., Any], recorder: _Recorder) -> Callable[..., Any]:
+    def memory_plan_reuse(self: Any) -> Any:
+        from torch._inductor.codegen.wrapper import ReuseLine
+        from torch._inductor.virtualized import V
+
+        result = original(self)
+        reuses = tuple(
+            (line.node.get_name(), line.reused_as.get_name())
+            for line in self.lines
+            if isinstance(line, ReuseLine)
+        )
+        recorder.update(V.graph, reuses=reuses)
+        return result
+
+    return memory_plan_reuse
+
+
+def _module_hook(original: Callable[..., Any], recorder: _Recorder) -> Callable[..., Any]:
+    def compile_to_module(self: Any) -> Any:
+        module = original(self)
+        path = getattr(module, "__file__", None)
+        code = ""
+        if path:
+            with open(path, encoding="utf-8") as source:
+                code = source.read()
+        recorder.update(self, code=code, module=module)
+        return module
+
+    return compile_to_module
+
+
+def _final_order(graph: Any, scheduler: Any) -> FinalOrder:
+    to_table = dict(scheduler.stream_idx_to_user_obj_idx)
+    nodes = tuple(_scheduled_node(scheduler, node, to_table) for node in scheduler.nodes)
+    names = tuple((f"stream{k}", v) for k, v in sorted(to_table.items()))
+    return FinalOrder(
+        nodes,
+        tuple(graph.graph_inputs),
+        tuple(graph.get_output_names()),
+        stream_names=names,
+    )
+
+
+def _scheduled_node(scheduler: Any, node: Any, to_table: dict[int, int]) -> ScheduledNode:
+    from torch._inductor import ir
+
+    inner = list(node.get_nodes())
+    stream_index = scheduler.node_to_stream.get(node, 0)
+    stream = to_table.get(stream_index) if stream_index else None
+    outputs = tuple(node.get_buffer_names())
+    own = set(outputs)
+    reads = tuple(sorted({d.name for x in inner for d in x.read_writes.reads} - own))
+    mutates = tuple(
+        (buf.get_name(), target)
+        for buf in node.get_outputs()
+        for target in buf.node.get_mutation_names()
+    )
+    origins = tuple(sorted({o.name for x in inner if x.node is not None for o in x.node.origins}))
+    kernel = inner[0].node if len(inner) == 1 else None
+    op = getattr(kernel, "op_overload", None) if isinstance(kernel, ir.FallbackKernel) else None
+    if op is not None and getattr(op, "namespace", None) == "streams":
+        return ScheduledNode(
+            node.get_name(), "stream", stream, outputs, reads, mutates, origins,
+            op, tuple(kernel.constant_args),  # type: ignore[union-attr]
+        )  # fmt: skip
+    no_code = (ir.MutationOutput, *_optional(ir, "OrderingBarrier"))
+    if inner and all(isinstance(x.node, no_code) for x in inner):
+        kind = "alias"  # renames buffers another node wrote (control_deps outputs)
+    elif isinstance(kernel, ir.ExternKernel):
+        kind = "extern"
+    else:
+        kind = "kernel"
+    return ScheduledNode(node.get_name(), kind, stream, outputs, reads, mutates, origins)
+
+
+def _optional(module: Any, name: str) -> tuple[type, ...]:
+    """``module.name`` as a 1-tuple, or () in a torch that lacks it (2.13 has no
+    ``ir.OrderingBarrier``: its ``control_deps`` outputs are ``MutationOutput``s)."""
+    value = getattr(module, name, None)
+    return (value,) if isinstance(value, type) else ()
+
+
+def _cross_stream_buffers(scheduler: Any) -> set[str]:
+    """Buffers some node reads on another stream than the one that made them."""
+    made_on: dict[str, int] = {}
+    crossing: set[str] = set()
+    for node in scheduler.nodes:
+        stream = scheduler.node_to_stream.get(node, 0)
+        for x in node.get_nodes():
+            for dep in x.read_writes.reads:
+                if dep.name in made_on and made_on[dep.name] != stream:
+                    crossing.add(dep.name)
+        for name in node.get_buffer_names():
+            made_on[name] = stream
+    return crossing
+
+
+def compile_fx(gm: Any, example_inputs: Any, **config: Any) -> Any:
+    """``torch._inductor.compile_fx.compile_fx`` with Inductor config ``config`` patched."""
+    require_interfaces()
+    import torch._inductor.config as inductor_config
+    from torch._inductor.compile_fx import compile_fx as inductor_compile_fx
+
+    with inductor_config.patch(config):
+        return inductor_compile_fx(gm, example_inputs)
+
+
+def custom_graph_pass_base() -> type:
+    """``torch._inductor.custom_graph_pass.CustomGraphPass`` (msched's pass subclasses it)."""
+    require_interfaces()
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    return CustomGraphPass
+
+
+def wrap_in_control_deps(gm: Any, node: Any, after: list[Any]) -> Any:
+    """Replace the stream op ``node`` by ``control_deps(after, subgraph(node))``: Inductor
+    then schedules it after every node of ``after``.  Returns the ``control_deps`` node."""
+    from torch._inductor.fx_passes.control_dependencies import (
+        _create_subgraph_for_node,
+        control_deps,
+        get_subgraph_name,
+    )
+
+    graph = gm.graph
+    subgraph = _create_subgraph_for_node(graph, node, [])
+    name = get_subgraph_name(gm, node.name)
+    setattr(gm, name, subgraph)
+    with graph.inserting_before(node):
+        ctrl = graph.call_function(control_deps, (tuple(after), graph.get_attr(name)), {})
+    ctrl.meta["custom"] = dict(node.meta.get("custom", {}))
+    node.replace_all_uses_with(ctrl)
+    graph.erase_node(node)
+    return ctrl
+
+
+def order_after(graph: Any, followers: dict[Any, Any]) -> None:
+    """Make Inductor schedule every key of ``followers`` after its value."""
+    from torch._inductor.fx_passes.control_dependencies import preserve_node_ordering
+    from torch.utils._ordered_set import OrderedSet
+
+    if followers:
+        preserve_node_ordering(graph, {n: OrderedSet([w]) for n, w in followers.items()})
+
+
+@contextlib.contextmanager
+def recording_loaded_modules() -> Iterator[list[Any]]:
+    """Every output module Inductor loads while the block runs (fresh or from its cache),
+    into the yielded list (``PyCodeCache.load_by_key_path``)."""
+    from torch._inductor.codecache import PyCodeCache
+
+    loaded: list[Any] = []
+    original = PyCodeCache.__dict__["load_by_key_path"]
+
+    def load_by_key_path(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        module = original.__func__(cls, *args, **kwargs)
+        loaded.append(module)
+        return module
+
+    setattr(PyCodeCache, "load_by_key_path", classmethod(load_by_key_path))  # noqa: B010
+    try:
+        yield loaded
+    finally:
+        setattr(PyCodeCache, "load_by_key_path", original)  # noqa: B010
+
+
+def external_object_table() -> dict[int, Any]:
+    """Dynamo's table of external objects (index -> weak reference), which stream ops read."""
+    from torch._dynamo import graph_bytecode_inputs
+
+    return graph_bytecode_inputs.index_to_external_object_weakref  # type: ignore[no-any-return]
+
+
+__all__ = [
+    "INTERFACES",
+    "FinalOrder",
+    "InductorInterfaceError",
+    "ScheduledNode",
+    "compile_fx",
+    "custom_graph_pass_base",
+    "external_object_table",
+    "missing_interfaces",
+    "order_after",
+    "recording_loaded_modules",
+    "wrap_in_control_deps",
+    "recording_final_orders",
+    "require_interfaces",
+]

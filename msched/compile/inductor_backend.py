@@ -1,0 +1,226 @@
+"""``msched.backend(compiler="inductor")``: Inductor compiles every piece with msched's streams.
+
+Why: engines compile with TorchInductor; a schedule run op by op (``compiler="fx"``) fuses
+nothing.  Here msched schedules inside Inductor and proves the code Inductor generates.
+
+For each graph Dynamo hands the backend:
+
+1. With ``piecewise=True``, split it at every ``split_ops`` call (`compiler.split_pieces`);
+   each other piece is compiled by Inductor at its first call, with the arguments it gets
+   (split calls run as they are).  Without, the graph is one piece, compiled now.
+2. ``compile_fx`` with msched's `MschedPass` as ``post_grad_custom_post_pass``: re-inplace
+   (`msched.compile._reinplace`), `msched.schedule`, `native_streams.to_native`, and (unless
+   a test turns it off) `native_streams.tie_waits`.  Its ``uuid()`` covers msched's version,
+   the stream count, the cost model and every option, so Inductor's caches never hand one
+   build's code to another.
+3. While Inductor generates code, buffers read on another stream than the one that made them
+   are never reused (unless a test turns the guard off), and the final order is recorded.
+4. ``verify=True``: the final order, as a `msched.compile.kernel_order` program, is checked
+   with `msched.verify`; a violation raises `PieceVerificationError` naming the piece and the
+   kernels.  Inductor's caches are off for verified builds (a cache hit generates no code,
+   so there would be no order to read).
+5. Each call writes the piece's streams and events into Dynamo's table
+   (`native_streams.NativeStreams`); on CPU the output module's stream variables, which
+   Inductor declares only for GPUs, are set to CPU stand-ins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.fx import GraphModule
+
+from msched._torch_internals import OpOverload, schema_of
+from msched.compile import _inductor_internals as internals
+from msched.compile._reinplace import reinplace
+from msched.compile.kernel_order import kernel_order_program
+from msched.compile.native_streams import CALLER, EVENT_BASE, NativeStreams, tie_waits, to_native
+from msched.errors import PieceVerificationError
+from msched.proof.verifier import Report, verify
+from msched.scheduling.pipeline import Schedule, schedule
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("msched")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - source checkout
+        return "unknown"
+
+
+@dataclass
+class _PassResult:
+    """What the pass left for the piece (set while Inductor compiles)."""
+
+    gm: GraphModule | None = None
+    schedule: Schedule | None = None
+    tied: int = 0
+
+
+def _pass_key(config: Any) -> str:
+    cost = config.cost_model
+    cost_text = "default" if cost is None else f"{type(cost).__module__}.{type(cost).__qualname__}"
+    if cost is not None and hasattr(cost, "__dataclass_fields__"):
+        cost_text += repr(cost)
+    parts = (
+        "msched", _version(), config.num_streams, cost_text, config.exit_edges,
+        config.tie_waits, config.guard_reuse,
+    )  # fmt: skip
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def make_pass(config: Any, result: _PassResult) -> Any:
+    """msched's ``CustomGraphPass`` for one compile (see the module docstring, step 2)."""
+    base = internals.custom_graph_pass_base()
+
+    class MschedPass(base):  # type: ignore[misc,valid-type]
+        def __call__(self, graph: torch.fx.Graph) -> None:
+            gm = graph.owning_module
+            assert isinstance(gm, GraphModule)
+            reinplace(gm)
+            _drop_stale_eager_values(gm)
+            codegen = graph._codegen
+            sched = schedule(gm, config.num_streams, config.cost_model,
+                             exit_edges=config.exit_edges)  # fmt: skip
+            graph.set_codegen(codegen)
+            to_native(gm)
+            result.tied = tie_waits(gm) if config.tie_waits else 0
+            gm.recompile()
+            result.gm, result.schedule = gm, sched
+
+        def uuid(self) -> str:
+            return _pass_key(config)
+
+    return MschedPass()
+
+
+def _drop_stale_eager_values(gm: GraphModule) -> None:
+    """A call re-inplaced from ``auto_functionalized`` keeps the functional node's
+    ``eager_input_vals``, which do not fit the in-place op (Inductor asserts on them)."""
+    for node in gm.graph.nodes:
+        target = node.target
+        if isinstance(target, OpOverload) and schema_of(target).is_mutable:
+            node.meta.pop("eager_input_vals", None)
+
+
+class CompiledPiece:
+    """One piece compiled by Inductor: runs the output with its streams installed."""
+
+    def __init__(
+        self, compiled: Callable[..., Any], streams: NativeStreams, num_streams: int, events: int
+    ) -> None:
+        self.compiled = compiled
+        self.streams = streams
+        self.num_streams = num_streams
+        self.num_events = events
+
+    def __call__(self, *args: Any) -> Any:
+        self.streams.install(self.num_streams, self.num_events)
+        return self.compiled(*args)
+
+
+def compile_piece(
+    name: str, gm: GraphModule, example_inputs: Sequence[Any], config: Any, sink: list[Any]
+) -> Callable[..., Any]:
+    """Compile one piece with Inductor (module docstring, steps 2-5); appends its `Piece`."""
+    from msched.compile.compiler import Piece
+
+    result = _PassResult()
+    options: dict[str, Any] = {"post_grad_custom_post_pass": make_pass(config, result)}
+    if config.verify:
+        options["force_disable_caches"] = True
+    with internals.recording_final_orders(config.guard_reuse) as orders:
+        with internals.recording_loaded_modules() as modules:
+            compiled = internals.compile_fx(gm, list(example_inputs), **options)
+    module = modules[-1] if modules else None
+    code = _source(module)
+    program = kernel_order_program(orders[-1], (CALLER,)) if orders else None
+    report = _verified(name, program) if config.verify else None
+    sched = result.schedule  # None when Inductor served the code from its cache
+    device = _device_of(example_inputs)
+    streams = NativeStreams(device)
+    if module is not None and device.type != "cuda":
+        _define_stream_names(module, code, streams)
+    sink.append(Piece(name, result.gm or gm, sched, report, code, program))
+    return CompiledPiece(compiled, streams, config.num_streams, _events_in(code, sched))
+
+
+def _events_in(code: str, sched: Schedule | None) -> int:
+    """How many of msched's events the piece uses (its schedule's, or on a cache hit the
+    highest event index its code names)."""
+    found = [int(i) - EVENT_BASE for i in re.findall(r"\b(2\d{6})\b", code)]
+    return max([sched.num_events if sched else 0, *(i + 1 for i in found if i >= 0)])
+
+
+def _source(module: Any) -> str:
+    path = getattr(module, "__file__", None)
+    if not path:
+        return ""
+    with open(path, encoding="utf-8") as source:
+        return source.read()
+
+
+def _verified(name: str, program: GraphModule | None) -> Report:
+    if program is None:
+        raise PieceVerificationError(f"piece {name}: Inductor generated no code to verify")
+    report = verify(program)
+    if not report.ok:
+        raise PieceVerificationError(
+            f"piece {name}: Inductor's final kernel order failed verification: {report}"
+        )
+    return report
+
+
+def _device_of(example_inputs: Sequence[Any]) -> torch.device:
+    for value in example_inputs:
+        if isinstance(value, torch.Tensor):
+            return value.device
+    return torch.device("cpu")
+
+
+def _define_stream_names(module: Any, code: str, streams: NativeStreams) -> None:
+    """CPU: Inductor declares ``default_stream`` and ``streamN`` only inside a GPU device
+    guard, but emits ``with streamN:`` anyway; bind the names in the output module to CPU
+    stand-ins (nothing runs on a CPU stream: the kernels run in program order)."""
+    module.default_stream = streams.stream(0)
+    for name in sorted(set(re.findall(r"\bstream(\d+)\b", code))):
+        setattr(module, f"stream{name}", streams.stream(int(name)))
+
+
+def compile_graph_with_inductor(
+    name: str, gm: GraphModule, example_inputs: Sequence[Any], config: Any, sink: list[Any]
+) -> Callable[..., Any]:
+    """What the backend returns to Dynamo for ``gm`` (module docstring, step 1)."""
+    if not config.piecewise:
+        return compile_piece(name, gm, example_inputs, config, sink)
+    from msched.compile import compiler
+
+    compiler.check_split_ops_occur(gm.graph, config.split_ops, name)
+    module = compiler.split_pieces(gm, config.split_ops)
+    for sub in compiler._submodule_calls(module):
+        part = getattr(module, sub)
+        if not any(compiler._is_split_op(n, config.split_ops) for n in part.graph.nodes):
+            setattr(module, sub, _LazyPiece(f"{name}.{sub}", part, config, sink))
+    return module
+
+
+class _LazyPiece(torch.nn.Module):
+    """A piece compiled by Inductor at its first call, for the arguments it gets."""
+
+    def __init__(self, name: str, part: GraphModule, config: Any, sink: list[Any]) -> None:
+        super().__init__()
+        self.piece_name, self.part, self.config, self.sink = name, part, config, sink
+        self.compiled: Callable[..., Any] | None = None
+
+    def forward(self, *args: Any) -> Any:
+        if self.compiled is None:
+            self.compiled = compile_piece(self.piece_name, self.part, args, self.config, self.sink)
+        return self.compiled(*args)
+
+
+__all__ = ["CompiledPiece", "compile_graph_with_inductor", "compile_piece", "make_pass"]

@@ -1,0 +1,168 @@
+"""Inductor's final kernel order as a stream program `msched.verify` reads (``torch`` dialect).
+
+Why: Inductor fuses, reorders and reuses buffers after msched (or a user) decided the
+streams, so a proof of the FX graph says nothing about the code that runs.  The program built
+here is that code, kernel by kernel, in the order the wrapper calls them:
+
+1. One placeholder per graph input, and per buffer read that no node makes (constants).
+2. Per node of Inductor's final order (`msched.compile._inductor_internals.FinalOrder`):
+   a stream op (``torch.ops.streams.record_event`` / ``wait_event`` / ``wait_stream`` /
+   ...) with its table indices, or a call of ``msched::inductor_kernel(name, reads)`` (or
+   ``msched::inductor_kernel_writes(name, reads, writes)``), which reads ``reads``, writes
+   ``writes`` in place (buffers it mutates, and the memory it writes a reused buffer into)
+   and returns one fresh tensor per new buffer (``getitem`` of it).  A node on a user
+   stream carries ``meta["custom"]["stream"]`` (its table index); none means the caller's.
+3. ``output`` returns the storages of the graph's outputs.
+
+``gm.meta["msched_caller_stream"]`` holds the caller's table indices.  ``meta["msched_kernel"]``
+of each kernel node is its `ScheduledNode`.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch.fx import Graph, GraphModule, Node
+
+from msched.compile._inductor_internals import FinalOrder, ScheduledNode
+from msched.proof.torch_streams import CALLER_META
+
+_lib = torch.library.Library("msched", "FRAGMENT")
+_lib.define("inductor_kernel(str name, Tensor[] reads) -> Tensor[]")
+_lib.define("inductor_kernel_writes(str name, Tensor[] reads, Tensor(a!)[] writes) -> Tensor[]")
+#: The op a kernel or extern call of a kernel-order program calls (it never runs), and the
+#: one of a call that writes buffers in place (a write-free call must not look mutating:
+#: msched keeps mutating calls without writes in program order).
+KERNEL = torch.ops.msched.inductor_kernel.default
+KERNEL_WRITES = torch.ops.msched.inductor_kernel_writes.default
+KERNELS = (KERNEL, KERNEL_WRITES)
+#: ``node.meta`` key of a kernel node: its `ScheduledNode`.
+KERNEL_META = "msched_kernel"
+
+_TENSOR_STREAM_OPS = {"record_stream": 0, "sync_dealloc": 2}  # op name -> tensor argument
+
+
+class _Builder:
+    """Builds the program node by node, keeping the storage node of every buffer name."""
+
+    def __init__(self, order: FinalOrder) -> None:
+        self.graph = Graph()
+        self.storage: dict[str, Node] = {}
+        self.reused_into = dict((new, old) for old, new in order.reuses)
+        for name in _unproduced_reads(order):
+            self.storage[name] = self.graph.placeholder(_identifier(name))
+
+    def resolve(self, name: str) -> Node | None:
+        return self.storage.get(name)
+
+    def add(self, node: ScheduledNode) -> None:
+        if node.kind == "stream":
+            self._stream_op(node)
+        elif node.kind == "alias":
+            self._alias(node)
+        else:
+            self._kernel(node)
+
+    def _alias(self, node: ScheduledNode) -> None:
+        for buffer, target in node.mutates:
+            if target in self.storage:
+                self.storage[buffer] = self.storage[target]
+
+    def _stream_op(self, node: ScheduledNode) -> None:
+        op = node.stream_op
+        args: list[Any] = list(node.stream_args)
+        tensor_at = _TENSOR_STREAM_OPS.get(op._schema.name.split("::")[-1])
+        if tensor_at is not None:
+            tensor = self._storages(node.reads)
+            args.insert(tensor_at, tensor[0] if tensor else None)
+        made = self.graph.call_function(op, tuple(args))
+        made.meta[KERNEL_META] = node
+        self._alias(node)  # values passed through (control_deps)
+
+    def _kernel(self, node: ScheduledNode) -> None:
+        mutated = dict(node.mutates)
+        written = [mutated[b] for b in node.outputs if b in mutated]
+        written += [self.reused_into[b] for b in node.outputs if b in self.reused_into]
+        fresh = [b for b in node.outputs if b not in mutated and b not in self.reused_into]
+        reads = self._storages(node.reads)
+        writes = self._storages(written)
+        args = (node.name, reads, writes) if writes else (node.name, reads)
+        call = self.graph.call_function(KERNEL_WRITES if writes else KERNEL, args)
+        call.name = _identifier(node.name)
+        call.meta[KERNEL_META] = node
+        _set_stream(call, node.stream)
+        for i, buffer in enumerate(fresh):
+            item = self.graph.call_function(operator.getitem, (call, i))
+            item.name = _identifier(buffer)
+            _set_stream(item, node.stream)
+            self.storage[buffer] = item
+        for buffer in node.outputs:
+            if buffer in mutated:
+                self.storage[buffer] = self._storage_of(mutated[buffer])
+            elif buffer in self.reused_into:
+                self.storage[buffer] = self._storage_of(self.reused_into[buffer])
+
+    def _storage_of(self, name: str) -> Node:
+        return self.storage[name]
+
+    def _storages(self, names: Iterable[str]) -> list[Node]:
+        found = [self.storage[n] for n in names if n in self.storage]
+        return list(dict.fromkeys(found))
+
+    def finish(self, outputs: Iterable[str]) -> GraphModule:
+        values = tuple(self.storage[n] for n in outputs if n in self.storage)
+        self.graph.output(values)
+        return GraphModule(torch.nn.Module(), self.graph)
+
+
+def _set_stream(node: Node, stream: int | None) -> None:
+    if stream is not None:
+        node.meta["custom"] = {"stream": stream}
+
+
+def _identifier(name: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+
+
+def _unproduced_reads(order: FinalOrder) -> list[str]:
+    """Graph inputs, then buffers read (or mutated) before any node made them, in order."""
+    names = list(order.inputs)
+    made = set(names)
+    for node in order.nodes:
+        for name in (*node.reads, *(target for _, target in node.mutates)):
+            if name not in made:
+                made.add(name)
+                names.append(name)
+        made.update(node.outputs)
+    return names
+
+
+def kernel_order_program(
+    order: FinalOrder, caller_stream: tuple[int, ...] | None = None
+) -> GraphModule:
+    """The stream program of ``order`` (see the module docstring).  ``caller_stream`` are the
+    table indices of the caller's stream, written to ``gm.meta["msched_caller_stream"]``."""
+    builder = _Builder(order)
+    for node in order.nodes:
+        builder.add(node)
+    gm = builder.finish(order.outputs)
+    gm.meta[CALLER_META] = caller_stream
+    return gm
+
+
+def kernel_names(gm: GraphModule) -> list[str]:
+    """The kernels and extern calls of a kernel-order program, in order."""
+    return [str(n.args[0]) for n in gm.graph.nodes if n.target in KERNELS]
+
+
+__all__ = [
+    "KERNEL",
+    "KERNELS",
+    "KERNEL_WRITES",
+    "KERNEL_META",
+    "kernel_names",
+    "kernel_order_program",
+]

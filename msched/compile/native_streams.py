@@ -1,0 +1,249 @@
+"""msched's schedule in PyTorch's own stream encoding, for Inductor to compile.
+
+`to_native` rewrites a graph msched scheduled (``torch.ops.msched`` stream ops) the way
+Dynamo writes user stream code: every node issued on stream ``s >= 1`` gets
+``meta["custom"]["stream"] = stream_index(s)``, and each record / wait / record_stream
+becomes a ``torch.ops.streams`` call on table indices msched owns (`stream_index`,
+`event_index`), far above the indices Dynamo hands out.  Stream 0 is the caller's stream:
+its nodes carry no annotation (Inductor runs them on the stream current at call time).
+
+`tie_waits` makes Inductor keep the program order that matters.  Inductor (2.13) gives a
+``wait_event`` no users, so it moves kernels in front of it: every stream op is wrapped in
+``control_deps`` after the work its stream issued since its previous stream op (a wait also
+after the record it waits for), and every node after a wait on its stream that has no input
+issued after that wait is tied to the wait (``preserve_node_ordering``).
+
+`NativeStreams` owns the streams and events the indices stand for and writes them into
+Dynamo's table before every call (CUDA: real streams and events, index `CALLER` the
+caller's current stream; CPU: stand-ins whose record and wait do nothing).
+"""
+
+from __future__ import annotations
+
+import operator
+import weakref
+from typing import Any
+
+import torch
+from torch.fx import GraphModule, Node
+
+from msched import ops as mops
+
+#: Table index of msched's stream 0 (the caller's current stream), of stream s >= 1, and of
+#: event e: far from Dynamo's 0, 1, ... so user stream code and msched never collide.
+CALLER = 1_000_000
+EVENT_BASE = 2_000_000
+
+
+def stream_index(stream: int) -> int:
+    return CALLER + stream
+
+
+def event_index(event: int) -> int:
+    return EVENT_BASE + event
+
+
+def _streams() -> Any:
+    import torch._dynamo.variables.streams  # noqa: F401  (registers torch.ops.streams)
+
+    return torch.ops.streams
+
+
+def to_native(gm: GraphModule) -> None:
+    """Rewrite msched's stream ops in ``gm`` (see the module docstring); in place."""
+    graph = gm.graph
+    streams = _streams()
+    current = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function":
+            continue
+        target = node.target
+        with graph.inserting_before(node):
+            if target is mops.set_stream:
+                current = _switch(graph, node, current, streams)
+            elif target is mops.record_event:
+                graph.call_function(streams.record_event.default, _event_args(node, current))
+            elif target is mops.wait_event:
+                graph.call_function(streams.wait_event.default, _event_args(node, current))
+            elif target is mops.record_stream:
+                tensor, stream = node.args[0], _int(node.args[1])
+                graph.call_function(streams.record_stream.default, (tensor, stream_index(stream)))
+            else:
+                if current:
+                    node.meta["custom"] = {
+                        **node.meta.get("custom", {}),
+                        "stream": stream_index(current),
+                    }
+                continue
+        graph.erase_node(node)
+    graph.lint()
+
+
+def _int(value: Any) -> int:
+    """A literal int argument of a stream op (msched's emitter writes only those)."""
+    return int(value)
+
+
+def _event_args(node: Node, current: int) -> tuple[int, int]:
+    return (event_index(_int(node.args[0])), stream_index(current))
+
+
+def _switch(graph: Any, node: Node, current: int, streams: Any) -> int:
+    """``set_stream(s, waits, records)``: records on the old stream, waits on the new one."""
+    target = _int(node.args[0])
+    waits = _listed(node, 1, "wait_events")
+    records = _listed(node, 2, "record_events")
+    for event in records:
+        graph.call_function(
+            streams.record_event.default, (event_index(event), stream_index(current))
+        )
+    for event in waits:
+        graph.call_function(streams.wait_event.default, (event_index(event), stream_index(target)))
+    return target
+
+
+def _listed(node: Node, position: int, name: str) -> list[int]:
+    value: Any = node.args[position] if len(node.args) > position else node.kwargs.get(name, ())
+    return [_int(e) for e in value]
+
+
+def _sync_ops() -> tuple[Any, ...]:
+    streams = _streams()
+    return (streams.record_event.default, streams.wait_event.default)
+
+
+def _stream_of(node: Node) -> int:
+    if node.target in _sync_ops():
+        return _int(node.args[1])
+    custom = node.meta.get("custom") or {}
+    return int(custom.get("stream", CALLER))
+
+
+class _Ties:
+    """The state of `tie_waits`' walk over the graph in program order."""
+
+    def __init__(self, gm: GraphModule) -> None:
+        self.gm = gm
+        self.inputs = list(gm.graph.find_nodes(op="placeholder"))
+        self.since_sync: dict[int, list[Node]] = {}
+        self.last_sync: dict[int, Node] = {}
+        self.last_record: dict[int, Node] = {}
+        self.waits_of: dict[int, list[Node]] = {}
+        self.after_wait: dict[int, tuple[Node, set[Node]]] = {}
+        self.followers: dict[Node, Node] = {}
+
+    def sync(self, node: Node, wrap: Any) -> None:
+        stream, event = _stream_of(node), _int(node.args[0])
+        is_wait = node.target is _streams().wait_event.default
+        after = list(self.since_sync.get(stream, ()))
+        if not after:
+            after = [self.last_sync[stream]] if stream in self.last_sync else self.inputs
+        if is_wait and event in self.last_record:
+            after.insert(0, self.last_record[event])
+        if not is_wait:
+            after += self.waits_of.get(event, [])
+        ctrl = wrap(self.gm, node, after)
+        if is_wait:
+            self.waits_of.setdefault(event, []).append(ctrl)
+            self.after_wait[stream] = (ctrl, set())
+        else:
+            self.last_record[event] = ctrl
+        self.last_sync[stream] = ctrl
+        self.since_sync[stream] = []
+
+    def compute(self, node: Node) -> None:
+        stream = _stream_of(node)
+        self.since_sync.setdefault(stream, []).append(node)
+        if stream in self.after_wait:
+            wait, seen = self.after_wait[stream]
+            if not any(i in seen for i in node.all_input_nodes):
+                self.followers[node] = wait
+            seen.add(node)
+
+
+def tie_waits(gm: GraphModule) -> int:
+    """Wrap stream ops in ``control_deps`` and tie followers of waits (module docstring);
+    returns how many nodes were tied to a wait."""
+    from msched.compile import _inductor_internals as internals
+
+    ties = _Ties(gm)
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function":
+            continue
+        if node.target in _sync_ops():
+            ties.sync(node, internals.wrap_in_control_deps)
+        elif "val" in node.meta and node.target is not operator.getitem:
+            ties.compute(node)
+    internals.order_after(gm.graph, ties.followers)
+    gm.graph.lint()
+    return len(ties.followers)
+
+
+class _CpuStream(torch.Stream):
+    """A CPU stream that can be entered and waited on (nothing runs on CPU streams)."""
+
+    def wait_stream(self, stream: Any) -> None:
+        return None
+
+    def __enter__(self) -> _CpuStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class _CpuEvent(torch.Event):
+    """A CPU event whose record and wait do nothing (CPU work runs in program order)."""
+
+    def record(self, stream: Any = None) -> None:
+        return None
+
+    def wait(self, stream: Any = None) -> None:
+        return None
+
+
+class NativeStreams:
+    """The streams and events one compiled graph's table indices stand for."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self._streams: dict[int, torch.Stream] = {}
+        self._events: dict[int, torch.Event] = {}
+        self._cpu_caller = _CpuStream(device="cpu")
+
+    def stream(self, stream: int) -> torch.Stream:
+        if stream == 0:
+            return torch.cuda.current_stream(self.device) if self.cuda else self._cpu_caller
+        if stream not in self._streams:
+            made = torch.cuda.Stream(self.device) if self.cuda else _CpuStream(device="cpu")
+            self._streams[stream] = made
+        return self._streams[stream]
+
+    def event(self, event: int) -> torch.Event:
+        if event not in self._events:
+            made = torch.cuda.Event() if self.cuda else _CpuEvent(device="cpu")
+            self._events[event] = made  # type: ignore[assignment]
+        return self._events[event]
+
+    def install(self, num_streams: int, num_events: int) -> None:
+        """Write this graph's streams and events into Dynamo's table (before every call:
+        Dynamo's frame prologue clears entries it did not register)."""
+        from msched.compile._inductor_internals import external_object_table
+
+        table = external_object_table()
+        for s in range(num_streams):
+            table[stream_index(s)] = weakref.ref(self.stream(s))
+        for e in range(num_events):
+            table[event_index(e)] = weakref.ref(self.event(e))
+
+
+__all__ = [
+    "CALLER",
+    "EVENT_BASE",
+    "NativeStreams",
+    "event_index",
+    "stream_index",
+    "tie_waits",
+    "to_native",
+]

@@ -1,0 +1,156 @@
+"""``msched.backend(compiler="inductor")``: TinyDecoder (parallel MoE branches, an Eagle3
+capture through a custom op with ``mutates_args``) compiled by Inductor with msched's streams.
+
+Each compile costs Inductor's C++ build on CPU, so every configuration is compiled once per
+module (fixtures) and the heavier ones are marked slow (CI runs them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import msched
+from msched.compile.compiler import MschedBackend
+from msched.compile.kernel_order import kernel_names
+from msched.testing.decoders import TinyDecoder
+
+TOKENS, HIDDEN = 4, 16
+
+
+def _model() -> TinyDecoder:
+    return TinyDecoder(2, HIDDEN, (1,), moe=True)
+
+
+def _compile(num_streams: int, piecewise: bool, **changes: bool):
+    model = _model()
+    b = msched.backend(num_streams=num_streams, compiler="inductor", piecewise=piecewise)
+    if changes:
+        b = MschedBackend(dataclasses.replace(b.config, **changes))
+    torch._dynamo.reset()
+    return model, b, torch.compile(model, backend=b)
+
+
+def _run_twice(model, compiled):
+    """Outputs and capture buffers of two calls, next to eager's."""
+    x, cap = model.example_inputs(TOKENS)
+    with torch.no_grad():
+        eager_cap = cap.clone()
+        eager = model(x, eager_cap)
+        runs = []
+        for _ in range(2):
+            got_cap = torch.zeros_like(cap)
+            runs.append((compiled(x, got_cap), got_cap))
+    return (eager, eager_cap), runs
+
+
+CONFIGS = [
+    ((2, False)),
+    pytest.param((3, False), marks=pytest.mark.slow),
+    pytest.param((2, True), marks=pytest.mark.slow),
+    pytest.param((3, True), marks=pytest.mark.slow),
+]
+
+
+@pytest.fixture(scope="module", params=CONFIGS, ids=["s2-whole", "s3-whole", "s2-pw", "s3-pw"])
+def compiled_decoder(request):
+    num_streams, piecewise = request.param
+    model, b, compiled = _compile(num_streams, piecewise)
+    eager, runs = _run_twice(model, compiled)
+    return b, eager, runs, piecewise
+
+
+def test_outputs_and_capture_equal_eager_twice(compiled_decoder) -> None:
+    _, (eager, eager_cap), runs, _ = compiled_decoder
+    for out, cap in runs:
+        torch.testing.assert_close(out, eager)
+        torch.testing.assert_close(cap, eager_cap)
+    assert eager_cap.abs().sum() > 0  # the capture wrote something
+
+
+def test_every_piece_is_fused_verified_and_on_streams(compiled_decoder) -> None:
+    b, _, _, piecewise = compiled_decoder
+    pieces = b.pieces
+    assert len(pieces) == (3 if piecewise else 1)  # 2 attention calls split the graph
+    kernels = compute = 0
+    for piece in pieces:
+        assert piece.report is not None and piece.report.ok, piece.report
+        assert piece.kernel_order is not None and piece.code
+        kernels += len(kernel_names(piece.kernel_order))
+        compute += sum(1 for n in piece.schedule.original.graph.nodes if n.op == "call_function")
+    assert kernels < compute
+    assert any("with stream1:" in p.code for p in pieces)
+    on_streams = {
+        n.meta.get("custom", {}).get("stream") for p in pieces for n in p.kernel_order.graph.nodes
+    }
+    assert len(on_streams) >= 2  # None (the caller's) and at least one side stream
+
+
+def test_a_compiled_piece_pictures_its_kernels_on_lanes(compiled_decoder) -> None:
+    from msched import pictures
+
+    b = compiled_decoder[0]
+    program = b.pieces[0].kernel_order
+    lines = pictures.render_text(program).splitlines()
+    assert any(line.startswith("s1 |") and "kernel(reads=" in line for line in lines)
+    assert all(name in pictures.render_svg(program) for name in kernel_names(program)[:3])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ablation", ["tie_waits", "guard_reuse"])
+def test_without_the_ties_or_the_reuse_guard_the_final_order_fails(ablation) -> None:
+    model, _, compiled = _compile(3, False, **{ablation: False})
+    x, cap = model.example_inputs(TOKENS)
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as failed:
+        with torch.no_grad():
+            compiled(x, cap)
+    inner = failed.value.inner_exception
+    assert isinstance(inner, msched.PieceVerificationError)
+    assert "piece graph0" in str(inner) and "`op" in str(inner)  # names the kernels
+
+
+def test_an_unknown_compiler_is_refused_at_construction() -> None:
+    with pytest.raises(msched.InvalidArgumentError, match="compiler must be one of"):
+        msched.backend(compiler="triton")
+
+
+CACHE_SCRIPT = textwrap.dedent(
+    """
+    import sys, torch, msched
+    from msched.testing.decoders import TinyDecoder
+
+    model = TinyDecoder(2, 16, (1,), moe=True)
+    x, cap = model.example_inputs(4)
+    with torch.no_grad():
+        if sys.argv[1] == "both":  # the stream-less build first, into the same cache
+            torch.compile(model, backend="inductor")(x, cap.clone())
+            torch._dynamo.reset()
+        b = msched.backend(num_streams=2, compiler="inductor", verify=False)
+        out = torch.compile(model, backend=b)(x, cap)
+    code = b.pieces[0].code
+    print("STREAMS" if "with stream1:" in code and "wait_event" in code else "PLAIN")
+    print("EQUAL" if torch.allclose(out, model(x, torch.zeros_like(cap)), atol=1e-5) else "DIFF")
+    print("HIT" if b.pieces[0].schedule is None else "COMPILED")  # msched's pass did not run
+    """
+)
+
+
+@pytest.mark.slow
+def test_the_cache_never_serves_a_stream_less_program_to_the_stream_build(tmp_path) -> None:
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    script = tmp_path / "build.py"
+    script.write_text(CACHE_SCRIPT)
+    # One process with both builds (the stream build compiles), then a fresh process with
+    # the warm cache (the stream build is served from it, with its streams).
+    for mode, source in (("both", "COMPILED"), ("warm", "HIT")):
+        done = subprocess.run(
+            [sys.executable, str(script), mode], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.split() == ["STREAMS", "EQUAL", source], (mode, done.stdout)

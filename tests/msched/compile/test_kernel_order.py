@@ -1,0 +1,176 @@
+"""Inductor's final order as a stream program (`msched.compile.kernel_order`), then verified.
+
+The first tests build `FinalOrder`s by hand (no compiler): each checks one rule of the
+conversion through what `msched.verify` says.  The last ones compile user stream code with
+Inductor (`msched.trace_streams(..., stage="inductor")`, one compile each, shared by the
+module) and check that the proof covers what Inductor emits.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo.variables.streams  # noqa: F401  (registers torch.ops.streams)
+
+import msched
+from msched.compile._inductor_internals import FinalOrder, ScheduledNode
+from msched.compile.kernel_order import KERNEL_WRITES, kernel_names, kernel_order_program
+
+streams = torch.ops.streams
+CALLER, SIDE, FORK, JOIN = 0, 1, 2, 3
+
+
+def kernel(name, outputs, reads=(), stream=None, mutates=()):
+    return ScheduledNode(name, "kernel", stream, tuple(outputs), tuple(reads), tuple(mutates), ())
+
+
+def sync(op, *args):
+    return ScheduledNode(f"{op._schema.name}{args}", "stream", None, (), (), (), (), op, args)
+
+
+def used_on_caller(buffer):
+    op = streams.record_stream.default
+    return ScheduledNode("record", "stream", None, (), (buffer,), (), (), op, (CALLER,))
+
+
+def fork_join(*side_work, after_join=()):
+    """Stream 0 makes buf0; the side stream joins, runs ``side_work``, records JOIN; the
+    caller waits for JOIN and runs ``after_join``."""
+    return (
+        kernel("k0", ["buf0"], ["x"]),
+        sync(streams.record_event.default, FORK, CALLER),
+        sync(streams.wait_event.default, FORK, SIDE),
+        *side_work,
+        sync(streams.record_event.default, JOIN, SIDE),
+        sync(streams.wait_event.default, JOIN, CALLER),
+        *after_join,
+    )
+
+
+def verify(nodes, outputs, reuses=()):
+    order = FinalOrder(tuple(nodes), ("x",), tuple(outputs), tuple(reuses))
+    return msched.verify(kernel_order_program(order, caller_stream=(CALLER,)))
+
+
+def test_a_joined_fork_verifies_and_names_every_kernel() -> None:
+    nodes = fork_join(kernel("k1", ["buf1"], ["buf0"], SIDE), after_join=[
+        kernel("k2", ["buf2"], ["buf0", "buf1"])])  # fmt: skip
+    order = FinalOrder(nodes, ("x",), ("buf2",))
+    gm = kernel_order_program(order, caller_stream=(CALLER,))
+    assert kernel_names(gm) == ["k0", "k1", "k2"]
+    assert msched.verify(gm).ok
+
+
+def test_a_consumer_before_the_wait_is_a_race_naming_the_kernels() -> None:
+    nodes = fork_join(kernel("k1", ["buf1"], ["buf0"], SIDE))
+    early = (*nodes[:4], kernel("k2", ["buf2"], ["buf1"]), *nodes[4:])
+    report = verify(early, ["buf2"])
+    races = [v for v in report.violations if v.kind == "race"]
+    assert [sorted(v.nodes) for v in races] == [["buf1", "k2"]]
+
+
+def test_a_buffer_reused_across_streams_without_a_sync_is_a_war_race() -> None:
+    # buf1 (side) is last read by k2 (caller) after the join; the side stream then makes
+    # buf3, joined again before k4 reads it.  Written into buf1's memory, buf3 is a write
+    # after k2's read with no wait between them (the record_stream only tells the caching
+    # allocator; Inductor's own reuse never asks it).
+    nodes = fork_join(
+        kernel("k1", ["buf1"], ["buf0"], SIDE),
+        after_join=[
+            kernel("k2", ["buf2"], ["buf1"]),
+            used_on_caller("buf1"),
+            kernel("k3", ["buf3"], ["x"], SIDE),
+            sync(streams.record_event.default, 4, SIDE),
+            sync(streams.wait_event.default, 4, CALLER),
+            kernel("k4", ["buf4"], ["buf2", "buf3"]),
+        ],
+    )
+    assert verify(nodes, ["buf4"]).ok
+    report = verify(nodes, ["buf4"], reuses=[("buf1", "buf3")])
+    races = [v for v in report.violations if v.kind == "race"]
+    assert [(v.hazard, set(v.nodes)) for v in races] == [("war", {"k2", "k3"})]
+
+
+def test_a_mutation_writes_the_mutated_buffer() -> None:
+    # The side stream writes the graph input x in place while the caller still reads it.
+    nodes = (
+        sync(streams.record_event.default, FORK, CALLER),
+        sync(streams.wait_event.default, FORK, SIDE),
+        kernel("k1", ["buf1"], ["x"], SIDE, mutates=[("buf1", "x")]),
+        kernel("k2", ["buf2"], ["x"]),
+        sync(streams.record_event.default, JOIN, SIDE),
+        sync(streams.wait_event.default, JOIN, CALLER),
+    )
+    gm = kernel_order_program(FinalOrder(nodes, ("x",), ("buf2",)), caller_stream=(CALLER,))
+    k1 = next(n for n in gm.graph.nodes if n.target is KERNEL_WRITES and n.args[0] == "k1")
+    assert [w.name for w in k1.args[2]] == ["x"]
+    races = [v for v in msched.verify(gm).violations if v.kind == "race"]
+    assert races and set(races[0].nodes) == {"k1", "k2"}
+
+
+def test_reads_no_node_makes_become_inputs() -> None:
+    nodes = (kernel("k0", ["buf0"], ["x", "_frozen_param0"]),)
+    gm = kernel_order_program(FinalOrder(nodes, ("x",), ("buf0",)))
+    assert [n.name for n in gm.graph.find_nodes(op="placeholder")] == ["x", "_frozen_param0"]
+
+
+# --- Inductor compiles user stream code (CPU: compiled, never run) -----------------------
+
+with msched.cuda_streams_on_cpu():
+    side = torch.cuda.Stream()
+    forked, joined = torch.cuda.Event(), torch.cuda.Event()
+
+
+def joined_with_events(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    caller = torch.cuda.current_stream()
+    a = x.sin() + 1
+    forked.record(caller)
+    with torch.cuda.stream(side):
+        forked.wait(side)
+        b = y.cos() * 2
+        joined.record(side)
+    joined.wait(caller)
+    return a + (b + 3)
+
+
+def joined_with_wait_stream(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    caller = torch.cuda.current_stream()
+    a = x.sin() + 1
+    side.wait_stream(caller)
+    with torch.cuda.stream(side):
+        b = y.cos() * 2
+    caller.wait_stream(side)
+    return a + (b + 3)
+
+
+def _trace(fn, stage):
+    with msched.cuda_streams_on_cpu():
+        return msched.trace_streams(fn, torch.randn(8), torch.randn(8), stage=stage)
+
+
+@pytest.fixture(scope="module")
+def event_join_compiled():
+    return _trace(joined_with_events, "inductor")
+
+
+# torch 2.14 wraps wait_event in control_deps too, and orders this join right.
+ORDERS_EVENT_WAITS = tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 14)
+
+
+def test_an_event_join_inductor_2_13_misorders_is_a_race(event_join_compiled) -> None:
+    assert msched.verify(_trace(joined_with_events, "aot")).ok  # the graph Inductor got
+    report = msched.verify(event_join_compiled)
+    if ORDERS_EVENT_WAITS:
+        assert report.ok, report
+        return
+    races = [v for v in report.violations if v.kind == "race"]
+    assert races, report
+    # The fused caller-stream kernel reads the side stream's buffer before the wait.
+    names = kernel_names(event_join_compiled)
+    assert any(n in names for v in races for n in v.nodes)
+
+
+def test_the_same_join_with_wait_stream_verifies() -> None:
+    gm = _trace(joined_with_wait_stream, "inductor")
+    assert msched.verify(gm).ok
+    assert len(kernel_names(gm)) < 6  # fused: sin+add, cos+mul, add+add
