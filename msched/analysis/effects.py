@@ -558,10 +558,71 @@ def _is_impure(node: Node) -> bool:
 
 
 def produces_tensor(node: Node) -> bool:
-    """Whether ``node``'s value is a single tensor (so ``record_stream`` can be applied)."""
+    """Whether ``node``'s value is a single tensor (so ``record_stream`` can be applied).
+
+    Without metadata, a Python operator (``x + y`` in a symbolically traced graph) gives a
+    tensor when one of its operands, through other such operators, is a tensor, and a
+    ``torch.nn`` submodule other than a container gives a tensor.
+    """
+    if node.op == "call_function" and node.target in _TENSOR_OPERATORS and _no_meta(node):
+        return _operator_of_tensor(node)
+    return _produces_tensor_directly(node)
+
+
+def _no_meta(node: Node) -> bool:
+    return node.meta.get("val", node.meta.get("example_value")) is None
+
+
+def _operator_of_tensor(node: Node) -> bool:
+    """Whether an operand of the operator ``node``, through other operators without
+    metadata, is a tensor (an explicit walk: residual chains are thousands of nodes deep)."""
+    seen: set[Node] = {node}
+    todo = [node]
+    while todo:
+        for arg in todo.pop().all_input_nodes:
+            if arg in seen:
+                continue
+            seen.add(arg)
+            if arg.op == "call_function" and arg.target in _TENSOR_OPERATORS and _no_meta(arg):
+                todo.append(arg)
+            elif _produces_tensor_directly(arg):
+                return True
+    return False
+
+
+# Python operators whose result is a tensor when an operand is one.
+_TENSOR_OPERATORS = frozenset(
+    {operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv,
+     operator.mod, operator.pow, operator.matmul, operator.neg, operator.pos, operator.abs,
+     operator.and_, operator.or_, operator.xor, operator.invert, operator.lshift,
+     operator.rshift, operator.eq, operator.ne, operator.lt, operator.le, operator.gt,
+     operator.ge}
+)  # fmt: skip
+
+
+def _module_gives_tensor(node: Node) -> bool:
+    """A ``torch.nn`` submodule (not a container) called by ``node`` returns a tensor."""
+    owner = node.graph.owning_module
+    try:
+        module = owner.get_submodule(str(node.target)) if owner is not None else None
+    except AttributeError:
+        return False
+    kind = type(module)
+    containers = (torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.Sequential)
+    is_nn = kind.__module__.startswith("torch.nn.modules.")
+    return module is not None and is_nn and not isinstance(module, containers + _MULTI_OUT)
+
+
+# torch.nn modules whose call returns a tuple.
+_MULTI_OUT = (torch.nn.MultiheadAttention, torch.nn.RNNBase, torch.nn.Transformer)
+
+
+def _produces_tensor_directly(node: Node) -> bool:
     val = node.meta.get("val", node.meta.get("example_value"))
     if val is not None:
         return isinstance(val, torch.Tensor)
+    if node.op == "call_module":
+        return _module_gives_tensor(node)
     if node.op == "call_function":
         target = node.target
         if isinstance(target, OpOverloadPacket):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+
 import pytest
 import torch
 from torch.fx import Graph
@@ -96,3 +98,45 @@ def _unsafe_in(gm: torch.fx.GraphModule) -> list:  # type: ignore[type-arg]
         if n.op in ("placeholder", "get_attr"):
             stream[n] = 0
     return unsafe_cross_stream_uses(compute, out, stream, seq, knows, root, produces_tensor)
+
+
+def _fan_out_traced() -> torch.fx.GraphModule:
+    """`_fan_out` as `torch.fx.symbolic_trace` writes it: Python operators and a
+    ``torch.nn.Linear`` call, no ``meta["val"]``."""
+
+    class FanOut(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = torch.nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            h = self.proj(x) + x
+            a, b, d = h @ w, h @ w, h @ w
+            b2 = b @ w
+            e = a * d
+            return (e @ w) + b2
+
+    return torch.fx.symbolic_trace(FanOut())
+
+
+def test_operators_and_nn_modules_of_a_traced_graph_produce_tensors() -> None:
+    gm = _fan_out_traced()
+    by_name = {n.name: n for n in gm.graph.nodes}
+    assert produces_tensor(by_name["proj"]) and produces_tensor(by_name["add"])
+    assert produces_tensor(by_name["matmul"])
+    g = Graph()
+    x = g.placeholder("x")
+    size = g.call_method("size", (x, 0))
+    assert not produces_tensor(g.call_function(operator.add, (size, 1)))
+
+
+def test_traced_graph_gets_and_needs_its_record_stream() -> None:
+    gm = _fan_out_traced()
+    sched = msched.schedule(gm, 3)
+    records = _records(gm)
+    assert records and {name for name, _ in records} <= {"add", "proj"}, gm.code
+    assert msched.verify(gm, original=sched.original).ok
+    for node in [n for n in gm.graph.nodes if n.target is RECORD]:
+        gm.graph.erase_node(node)
+    kinds = [v.kind for v in msched.verify(gm, original=sched.original).violations]
+    assert "missing-record-stream" in kinds
