@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import statistics
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -31,6 +31,9 @@ import torch
 import msched
 from msched.compile.native_streams import NativeStreams
 from msched.testing.decoders import TinyDecoder
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_streams import time_ms  # noqa: E402  (the sibling benchmark times CUDA the same way)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,20 +63,6 @@ def delayed_stream_one(cycles: int) -> Iterator[None]:
         yield
     finally:
         NativeStreams.install = original  # type: ignore[method-assign]
-
-
-def median_ms(fn: Callable[[], Any], repeat: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def variants(model: TinyDecoder, streams: int) -> dict[str, Callable[..., Any]]:
@@ -132,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         with delayed_stream_one(args.delay_cycles):
             ok &= check("msched inductor, delay", compiled["msched inductor"], model, x, cap)
         for name, fn in compiled.items():
-            ms = median_ms(lambda fn=fn: fn(x, cap), args.repeat)
+            ms = time_ms(lambda fn=fn: fn(x, cap), args.repeat, "cuda")
             print(f"{name:24s} {ms:9.3f} ms per forward (median of {args.repeat})")
         ok &= graph_replay(compiled["msched inductor"], model, x, cap)
     return 0 if ok else 1
