@@ -101,3 +101,16 @@ def hazard_graph(kind: str) -> tuple[GraphModule, dict[str, Node]]:
         result = g.call_function(aten.mul.Tensor, (buf, buf))
     g.output((result, buf))
     return module(g), nodes
+
+
+class CountCalls(torch.nn.Module):
+    """Adds its input's sum to a buffer on every call and draws a random number: module state
+    and random state a run changes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("total", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.total.add_(x.sum())
+        return x * torch.rand(())

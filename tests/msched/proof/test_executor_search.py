@@ -8,6 +8,7 @@ from torch.fx import GraphModule
 
 import msched
 
+from ..graphs import CountCalls
 from ..scheduled import Scheduled, aten
 
 
@@ -95,19 +96,9 @@ def test_search_against_the_original_shows_a_wrong_host_order() -> None:
     assert run.differs is True and run.strategy == "late-aux"
 
 
-class _CountAndDraw(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.register_buffer("total", torch.zeros(()))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.total.add_(x.sum())
-        return x * torch.rand(())
-
-
 def test_search_trials_leave_no_trace_but_the_run_it_returns() -> None:
     root = torch.nn.Module()
-    root.count = _CountAndDraw()
+    root.count = CountCalls()
     s = Scheduled()
     x = s.input("x")
     s.record(0)

@@ -12,7 +12,7 @@ from msched.proof.dialects import interpret
 from msched.testing.decoders import decoder_stack
 
 from ..faults import drop_wait_step
-from ..graphs import cyclic_graph, within
+from ..graphs import CountCalls, cyclic_graph, within
 from ..hb import happens_before as hb_reader
 from ..scheduled import Scheduled, aten, two_streams, two_streams_inputs, unscheduled
 
@@ -218,22 +218,10 @@ def test_execute_and_simulate_take_a_dialect_name() -> None:
         msched.simulate(gm, dialect="nope")
 
 
-class _CountCalls(torch.nn.Module):
-    """Adds its input's sum to a buffer on every call and draws a random number."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.register_buffer("total", torch.zeros(()))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.total.add_(x.sum())
-        return x * torch.rand(())
-
-
 def test_a_read_before_its_producer_does_not_run_module_state_or_random_numbers_twice() -> None:
     # Stream 1 reads ``m`` with no wait on its producer, so early-aux reads it before it runs.
     root = torch.nn.Module()
-    root.count = _CountCalls()
+    root.count = CountCalls()
     g = torch.fx.Graph()
     x = g.placeholder("x")
     m = g.call_module("count", (x,))
