@@ -26,6 +26,8 @@ What msched reads and where (torch 2.13 / 2.14):
 6. The output module when it comes from Inductor's cache too: ``PyCodeCache.load_by_key_path``.
 7. Dynamo's external-object table (``torch._dynamo.graph_bytecode_inputs``), which stream
    ops index.
+8. Inductor's cache folder (``torch._inductor.runtime.cache_dir_utils.cache_dir``), beside
+   which msched keeps the final orders of the code it verified (`msched.compile.order_records`).
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ INTERFACES: tuple[tuple[str, str], ...] = (
     ("torch._inductor.fx_passes.control_dependencies", "get_subgraph_name"),
     ("torch._inductor.codecache", "PyCodeCache.load_by_key_path"),
     ("torch._dynamo.graph_bytecode_inputs", "index_to_external_object_weakref"),
+    ("torch._inductor.runtime.cache_dir_utils", "cache_dir"),
+    ("torch._dynamo.variables.streams", "SymbolicStreamState"),
 )
 
 # Instance attributes: checked on the source of their class, not by getattr.
@@ -393,6 +397,22 @@ def external_object_table() -> dict[int, Any]:
     return graph_bytecode_inputs.index_to_external_object_weakref  # type: ignore[no-any-return]
 
 
+def stream_op_named(name: str) -> Any:
+    """The ``torch.ops.streams`` overload ``name`` (``"wait_event.default"``); importing
+    Dynamo's stream module registers them."""
+    importlib.import_module("torch._dynamo.variables.streams")
+    packet, overload = name.split(".")
+    return getattr(getattr(torch.ops.streams, packet), overload)
+
+
+def inductor_cache_dir() -> str:
+    """Inductor's cache folder (``TORCHINDUCTOR_CACHE_DIR``, else its default)."""
+    require_interfaces()
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return cache_dir()
+
+
 __all__ = [
     "INTERFACES",
     "FinalOrder",
@@ -401,6 +421,8 @@ __all__ = [
     "compile_fx",
     "custom_graph_pass_base",
     "external_object_table",
+    "inductor_cache_dir",
+    "stream_op_named",
     "missing_interfaces",
     "order_after",
     "recording_loaded_modules",

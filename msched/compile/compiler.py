@@ -113,8 +113,10 @@ class Piece:
     With ``compiler="inductor"``: ``gm`` is the post-grad graph msched scheduled, ``code``
     Inductor's output source, ``kernel_order`` its final kernel order as a stream program
     (`msched.compile.kernel_order`) and ``report`` the verification of that program; when
-    Inductor served the code from its cache (``verify=False`` only), msched's pass did not
-    run: ``schedule`` and ``kernel_order`` are None and ``gm`` is the piece as Dynamo gave it.
+    Inductor served the code from its cache, msched's pass did not run: ``schedule`` is None,
+    ``gm`` is the piece as Dynamo gave it, and ``kernel_order`` is the order kept when that
+    code was compiled (`msched.compile.order_records`; None when none was kept and
+    ``verify=False``: a verified build compiles such a piece again, cold).
     """
 
     name: str

@@ -17,8 +17,9 @@ For each graph Dynamo hands the backend:
    are never reused (unless a test turns the guard off), and the final order is recorded.
 4. ``verify=True``: the final order, as a `msched.compile.kernel_order` program, is checked
    with `msched.verify`; a violation raises `PieceVerificationError` naming the piece and the
-   kernels.  Inductor's caches are off for verified builds (a cache hit generates no code,
-   so there would be no order to read).
+   kernels.  Every order read is kept beside Inductor's cache, keyed by its output source
+   (`msched.compile.order_records`), so a cache hit is verified from the order kept when it
+   was compiled; a hit with no kept order is compiled again with the caches off.
 5. Each call writes the piece's streams and events into Dynamo's table
    (`native_streams.NativeStreams`); on CPU the output module's stream variables, which
    Inductor declares only for GPUs, are set to CPU stand-ins.
@@ -38,9 +39,11 @@ from torch.fx import GraphModule
 
 from msched._torch_internals import OpOverload, schema_of
 from msched.compile import _inductor_internals as internals
+from msched.compile._inductor_internals import FinalOrder
 from msched.compile._reinplace import reinplace
 from msched.compile.kernel_order import kernel_order_program
 from msched.compile.native_streams import CALLER, EVENT_BASE, NativeStreams, tie_waits, to_native
+from msched.compile.order_records import load_order, save_order
 from msched.errors import PieceVerificationError
 from msched.proof.verifier import Report, verify
 from msched.scheduling.pipeline import Schedule, schedule
@@ -131,15 +134,12 @@ def compile_piece(
     from msched.compile.compiler import Piece
 
     result = _PassResult()
-    options: dict[str, Any] = {"post_grad_custom_post_pass": make_pass(config, result)}
-    if config.verify:
-        options["force_disable_caches"] = True
-    with internals.recording_final_orders(config.guard_reuse) as orders:
-        with internals.recording_loaded_modules() as modules:
-            compiled = internals.compile_fx(gm, list(example_inputs), **options)
-    module = modules[-1] if modules else None
+    compiled, module, order = _compile(gm, example_inputs, config, result)
+    if config.verify and order is None:  # a cache hit whose order msched never kept
+        result = _PassResult()
+        compiled, module, order = _compile(gm, example_inputs, config, result, cold=True)
     code = _source(module)
-    program = kernel_order_program(orders[-1], (CALLER,)) if orders else None
+    program = kernel_order_program(order, (CALLER,)) if order is not None else None
     report = _verified(name, program) if config.verify else None
     sched = result.schedule  # None when Inductor served the code from its cache
     device = _device_of(example_inputs)
@@ -148,6 +148,32 @@ def compile_piece(
         _define_stream_names(module, code, streams)
     sink.append(Piece(name, result.gm or gm, sched, report, code, program))
     return CompiledPiece(compiled, streams, config.num_streams, _events_in(code, sched))
+
+
+def _compile(
+    gm: GraphModule,
+    example_inputs: Sequence[Any],
+    config: Any,
+    result: _PassResult,
+    cold: bool = False,
+) -> tuple[Callable[..., Any], Any, FinalOrder | None]:
+    """``compile_fx`` with msched's pass: the compiled callable, the output module and its
+    final order (read now and kept, or on a cache hit the one kept when it was compiled;
+    None on a hit msched kept none for).  ``cold`` turns Inductor's caches off."""
+    options: dict[str, Any] = {"post_grad_custom_post_pass": make_pass(config, result)}
+    if cold:
+        options["force_disable_caches"] = True
+    with internals.recording_final_orders(config.guard_reuse) as orders:
+        with internals.recording_loaded_modules() as modules:
+            compiled = internals.compile_fx(gm, list(example_inputs), **options)
+    module = modules[-1] if modules else None
+    if orders:
+        order = orders[-1]
+        if order.code:
+            save_order(order)
+        return compiled, module, order
+    code = _source(module)
+    return compiled, module, load_order(code) if code else None
 
 
 def _events_in(code: str, sched: Schedule | None) -> int:

@@ -8,7 +8,9 @@ module (fixtures) and the heavier ones are marked slow (CI runs them).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -131,26 +133,52 @@ CACHE_SCRIPT = textwrap.dedent(
         if sys.argv[1] == "both":  # the stream-less build first, into the same cache
             torch.compile(model, backend="inductor")(x, cap.clone())
             torch._dynamo.reset()
-        b = msched.backend(num_streams=2, compiler="inductor", verify=False)
-        out = torch.compile(model, backend=b)(x, cap)
-    code = b.pieces[0].code
+        b = msched.backend(num_streams=2, compiler="inductor")
+        try:
+            out = torch.compile(model, backend=b)(x, cap)
+        except Exception as failed:
+            print("FAILED", type(getattr(failed, "inner_exception", failed)).__name__)
+            sys.exit(0)
+    piece = b.pieces[0]
+    code = piece.code
     print("STREAMS" if "with stream1:" in code and "wait_event" in code else "PLAIN")
     print("EQUAL" if torch.allclose(out, model(x, torch.zeros_like(cap)), atol=1e-5) else "DIFF")
-    print("HIT" if b.pieces[0].schedule is None else "COMPILED")  # msched's pass did not run
+    print("HIT" if piece.schedule is None else "COMPILED")  # msched's pass did not run
+    print("VERIFIED" if piece.report.ok and piece.kernel_order is not None else "UNVERIFIED")
     """
 )
 
 
+def _build(script, mode: str, env: dict[str, str]) -> list[str]:
+    done = subprocess.run([sys.executable, str(script), mode], env=env, capture_output=True,
+                          text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.split()
+
+
+def _drop_waits(records) -> None:
+    """Take every event wait out of the kept orders (a stale or forged record)."""
+    for path in records.glob("*.json"):
+        data = json.loads(path.read_text())
+        data["nodes"] = [n for n in data["nodes"] if n["stream_op"] != "streams.wait_event.default"]
+        path.write_text(json.dumps(data))
+
+
 @pytest.mark.slow
-def test_the_cache_never_serves_a_stream_less_program_to_the_stream_build(tmp_path) -> None:
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+def test_the_cache_serves_verified_stream_programs_only(tmp_path) -> None:
+    """A verified build keeps Inductor's caches: a hit is verified from the final order kept
+    when its code was compiled, and compiled again cold when no order was kept."""
+    cache = tmp_path / "cache"
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache)}
     script = tmp_path / "build.py"
     script.write_text(CACHE_SCRIPT)
-    # One process with both builds (the stream build compiles), then a fresh process with
-    # the warm cache (the stream build is served from it, with its streams).
-    for mode, source in (("both", "COMPILED"), ("warm", "HIT")):
-        done = subprocess.run(
-            [sys.executable, str(script), mode], env=env, capture_output=True, text=True
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert done.stdout.split() == ["STREAMS", "EQUAL", source], (mode, done.stdout)
+    verified = ["STREAMS", "EQUAL"]
+    # One process with both builds: the stream-less one never serves the stream build.
+    assert _build(script, "both", env) == [*verified, "COMPILED", "VERIFIED"]
+    # A fresh process with the warm cache: served from it, with its streams, verified.
+    assert _build(script, "warm", env) == [*verified, "HIT", "VERIFIED"]
+    records = cache / "msched_orders"
+    _drop_waits(records)  # the hit is checked against the kept order, so this must fail
+    assert _build(script, "warm", env) == ["FAILED", "PieceVerificationError"]
+    shutil.rmtree(records)  # no order kept for the cached code: compiled again, cold
+    assert _build(script, "warm", env) == [*verified, "COMPILED", "VERIFIED"]

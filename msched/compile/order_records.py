@@ -1,0 +1,135 @@
+"""Inductor's final kernel orders kept beside its cache, so a cache hit can be verified.
+
+Why: when Inductor serves a piece from its FX-graph or AOT cache it generates no code, so
+there is no final order to read and nothing to verify.  Turning the caches off for verified
+builds (what msched did first) makes every compile of a verified build cold.  Instead, each
+order msched reads is written here, keyed by the SHA-256 of the output source it belongs to;
+a cache hit loads the order of the source it was served and verifies it again.  A hit whose
+order is missing (a cache written by another build, a deleted folder) is compiled again with
+the caches off, so a verified build never runs code msched did not verify.
+
+A record is one JSON file ``<cache dir>/msched_orders/<sha256>.json`` holding the
+`FinalOrder` without its module, and the record format's version; a record of another
+version, or one that does not parse, counts as missing.  Writes go to a temporary file that
+is renamed into place, so a reader never sees half a record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from msched.compile import _inductor_internals as internals
+from msched.compile._inductor_internals import FinalOrder, ScheduledNode
+
+FORMAT = 1  # the version of a record; another version is never read
+_FOLDER = "msched_orders"
+
+
+def record_path(code: str, directory: Path | None = None) -> Path:
+    """Where the order of the output source ``code`` is kept."""
+    digest = hashlib.sha256(code.encode("utf-8")).hexdigest()
+    root = Path(internals.inductor_cache_dir()) if directory is None else directory
+    return root / _FOLDER / f"{digest}.json"
+
+
+def save_order(order: FinalOrder, directory: Path | None = None) -> Path:
+    """Keep ``order`` under the hash of its code (``order.code``, which must be set)."""
+    if not order.code:
+        raise ValueError("an order without its output source cannot be kept")
+    path = record_path(order.code, directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(_encoded(order), sort_keys=True)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_order(code: str, directory: Path | None = None) -> FinalOrder | None:
+    """The order kept for the output source ``code``, or None when there is none usable."""
+    path = record_path(code, directory)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("format") != FORMAT:
+            return None
+        return _decoded(data, code)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _encoded(order: FinalOrder) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "nodes": [_encoded_node(n) for n in order.nodes],
+        "inputs": list(order.inputs),
+        "outputs": list(order.outputs),
+        "reuses": [list(r) for r in order.reuses],
+        "stream_names": [list(s) for s in order.stream_names],
+    }
+
+
+def _encoded_node(node: ScheduledNode) -> dict[str, Any]:
+    op = node.stream_op
+    return {
+        "name": node.name,
+        "kind": node.kind,
+        "stream": node.stream,
+        "outputs": list(node.outputs),
+        "reads": list(node.reads),
+        "mutates": [list(m) for m in node.mutates],
+        "origins": list(node.origins),
+        "stream_op": None if op is None else _op_name(op),
+        "stream_args": list(node.stream_args),
+    }
+
+
+def _op_name(op: Any) -> str:
+    """``streams.wait_event.default`` for ``torch.ops.streams.wait_event.default``."""
+    return f"{op.namespace}.{op.__name__}"  # an overload's __name__ is "packet.overload"
+
+
+def _op_named(name: str) -> Any:
+    namespace, _, rest = name.partition(".")
+    if namespace != "streams":
+        raise ValueError(f"not a stream op: {name}")
+    return internals.stream_op_named(rest)
+
+
+def _decoded(data: dict[str, Any], code: str) -> FinalOrder:
+    nodes = tuple(_decoded_node(n) for n in data["nodes"])
+    return FinalOrder(
+        nodes,
+        tuple(data["inputs"]),
+        tuple(data["outputs"]),
+        reuses=tuple((old, new) for old, new in data["reuses"]),
+        code=code,
+        stream_names=tuple((name, index) for name, index in data["stream_names"]),
+    )
+
+
+def _decoded_node(data: dict[str, Any]) -> ScheduledNode:
+    op = data["stream_op"]
+    return ScheduledNode(
+        data["name"],
+        data["kind"],
+        data["stream"],
+        tuple(data["outputs"]),
+        tuple(data["reads"]),
+        tuple((buffer, target) for buffer, target in data["mutates"]),
+        tuple(data["origins"]),
+        None if op is None else _op_named(op),
+        tuple(data["stream_args"]),
+    )
+
+
+__all__ = ["FORMAT", "load_order", "record_path", "save_order"]
