@@ -63,7 +63,6 @@ from msched.analysis.cost import CostModel, check_cost_model
 from msched.analysis.effects import STORAGE_META, Effects, compute_effects
 from msched.analysis.nodes import INPUT_OPS
 from msched.compile._reinplace import reinplace
-from msched.compile.runtime import StreamRuntime
 from msched.errors import (
     InvalidArgumentError,
     MschedError,
@@ -73,6 +72,7 @@ from msched.errors import (
 )
 from msched.limits import check_num_streams
 from msched.proof.verifier import Report, verify
+from msched.runtime import StreamRuntime
 from msched.scheduling.pipeline import Schedule, schedule
 
 #: Where ``piecewise=True`` splits by default: the attention op of the reference decoders,

@@ -745,7 +745,7 @@ _SEEN_RUNTIMES: list[Any] = []
 
 @torch.library.custom_op("msched_test::probe_runtime", mutates_args=())
 def probe_runtime(x: torch.Tensor) -> torch.Tensor:
-    _SEEN_RUNTIMES.append(msched.compile.runtime.current_runtime())
+    _SEEN_RUNTIMES.append(msched.runtime.current_runtime())
     return x.clone()
 
 
@@ -767,7 +767,7 @@ def test_compiled_call_runs_inside_its_own_runtime() -> None:
         compiled(torch.randn(3))
     (graph,) = b.graphs
     assert _SEEN_RUNTIMES == [graph.runtime] * 2
-    assert msched.compile.runtime.current_runtime() is not graph.runtime
+    assert msched.runtime.current_runtime() is not graph.runtime
     assert graph.runtime.num_streams_created == 0  # CPU: no-ops
 
 
