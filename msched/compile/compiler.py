@@ -223,7 +223,7 @@ def backend(
     ``OpOverloadPacket``s or qualified op names (``"namespace::name"`` for any overload,
     ``"namespace::name.overload"`` for one; ``"namespace.name[.overload]"``, as Python prints
     an op, means the same), default `DEFAULT_SPLIT_OPS`
-    (``["msched::attention"]``, the attention of `msched.testing.decoders`).  Names are
+    (``["msched::attention"]``, the attention of `msched.models.decoders`).  Names are
     matched against the schema of each call when a graph is split, so the op need not exist
     yet, and a graph that never calls it is one piece.  A graph that calls none of them but
     ops that look related (AOT autograd decomposed the op) raises `msched.SplitOpNotFoundError`

@@ -23,10 +23,10 @@ from msched.analysis.effects import _REGISTERED_MUTATIONS, _REGISTERED_SIDE_EFFE
 from msched.compile import _reinplace, compiler
 from msched.compile._reinplace import reinplace
 from msched.compile.compiler import MschedBackend, Piece, compile_and_run
-from msched.compile.traced import TracedDecoder, record_piece_inputs, trace_decoder
 from msched.proof.executor import execute
 from msched.proof.verifier import verify
 from msched.testing.decoders import TinyDecoder
+from msched.testing.traced import TracedDecoder, record_piece_inputs, trace_decoder
 
 from ..faults import drop_last_wait
 
