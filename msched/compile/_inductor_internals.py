@@ -425,8 +425,8 @@ __all__ = [
     "stream_op_named",
     "missing_interfaces",
     "order_after",
-    "recording_loaded_modules",
-    "wrap_in_control_deps",
     "recording_final_orders",
+    "recording_loaded_modules",
     "require_interfaces",
+    "wrap_in_control_deps",
 ]

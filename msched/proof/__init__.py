@@ -1,7 +1,7 @@
 """Reading any stream program and proving it: dialects, happens-before, verify, execute.
 
 Importing the package registers the built-in dialects that live in their own modules
-(`msched.proof.registry.register`): ``torch``, then ``autodeploy`` (after the registry's own
+(`msched.proof._registry.register`): ``torch``, then ``autodeploy`` (after the registry's own
 ``msched`` and ``trtllm``).  The order of registration is the order messages list them in.
 """
 

@@ -3,10 +3,10 @@
 The names of this path, from their homes:
 
 - `Dialect`, the four-op shape (`FOUR_OPS`, `FOUR_OP_READERS`) and `target_key`:
-  `msched.proof.dialect`;
-- `Step`, `StreamProgram`: `msched.proof.program`;
-- `interpret`: `msched.proof.interpreter`;
-- `as_dialect`, `builtin_dialects`, `detect_dialect`, `describe_key`: `msched.proof.registry`,
+  `msched.proof._dialect`;
+- `Step`, `StreamProgram`: `msched.proof._program`;
+- `interpret`: `msched.proof._interpreter`;
+- `as_dialect`, `builtin_dialects`, `detect_dialect`, `describe_key`: `msched.proof._registry`,
   where each dialect module registers its dialect (``torch``: `msched.proof.torch_streams`,
   ``autodeploy``: `msched.proof.engines`; `CALLER_META` is the torch dialect's).
 
@@ -18,10 +18,10 @@ node, the stream it is issued on and its actions as `Step`s (a `StreamProgram`);
 
 from __future__ import annotations
 
-from msched.proof.dialect import FOUR_OP_READERS, FOUR_OPS, Dialect, target_key
-from msched.proof.interpreter import interpret
-from msched.proof.program import Step, StreamProgram
-from msched.proof.registry import as_dialect, builtin_dialects, describe_key, detect_dialect
+from msched.proof._dialect import FOUR_OP_READERS, FOUR_OPS, Dialect, target_key
+from msched.proof._interpreter import interpret
+from msched.proof._program import Step, StreamProgram
+from msched.proof._registry import as_dialect, builtin_dialects, describe_key, detect_dialect
 from msched.proof.torch_streams import CALLER_META
 
 __all__ = [

@@ -1,8 +1,8 @@
 """The built-in dialects: how msched, TensorRT-LLM, PyTorch and AutoDeploy encode stream code.
 
 Each is a `msched.Dialect` whose readers turn the engine's stream ops into actions
-(`msched.proof.actions`); `Dialect.named` returns them by name (`msched.proof.registry`).
-The four-op dialects are `msched.proof.dialect`'s shape (registered by the registry),
+(`msched.proof.actions`); `Dialect.named` returns them by name (`msched.proof._registry`).
+The four-op dialects are `msched.proof._dialect`'s shape (registered by the registry),
 ``torch`` is `msched.proof.torch_streams`, and ``autodeploy`` is defined and registered here.
 
 - ``msched``: ``msched::set_stream(int, int[] wait_events=[], int[] record_events=[])`` (the
@@ -31,9 +31,10 @@ from collections.abc import Hashable, Sequence
 from torch.fx import Node
 
 from msched.errors import InvalidGraphError
-from msched.proof import actions, registry
+from msched.proof import _registry as registry
+from msched.proof import actions
+from msched.proof._dialect import Dialect
 from msched.proof.actions import Action
-from msched.proof.dialect import Dialect
 
 # --- AutoDeploy ----------------------------------------------------------------------------
 

@@ -38,9 +38,10 @@ from torch.fx import Graph, GraphModule, Node
 
 from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidArgumentError, InvalidGraphError
-from msched.proof import actions, registry
+from msched.proof import _registry as registry
+from msched.proof import actions
+from msched.proof._dialect import Dialect, target_key
 from msched.proof.actions import Action
-from msched.proof.dialect import Dialect, target_key
 
 _TORCH = "torch"
 CALLER_META = "msched_caller_stream"  # GraphModule.meta: the caller stream's table indices

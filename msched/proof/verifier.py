@@ -6,7 +6,7 @@ scheduled graph the way the GPU would run it and checks every ordering the progr
 
 Algorithm:
 
-1. Read the graph in host order (`msched.proof.interpreter.interpret`).  Nodes after ``output``
+1. Read the graph in host order (`msched.proof.dialects.interpret`).  Nodes after ``output``
    never run: each is an ``after-output`` violation and takes no further part.  A node that
    uses a node of another graph is a ``missing-node`` violation (its code reads an undefined
    name).
@@ -59,11 +59,11 @@ from msched.analysis.lifetimes import UnsafeUse, unsafe_cross_stream_uses
 from msched.analysis.nodes import INPUT_OPS, graph_of
 from msched.errors import ScheduleVerificationError
 from msched.limits import check_num_streams
+from msched.proof._dialect import Dialect
+from msched.proof._interpreter import interpret
+from msched.proof._program import Step, StreamProgram
+from msched.proof._registry import describe_key
 from msched.proof.clocks import Clocks, clocks_of
-from msched.proof.dialect import Dialect
-from msched.proof.interpreter import interpret
-from msched.proof.program import Step, StreamProgram
-from msched.proof.registry import describe_key
 
 VIOLATION_KINDS = (
     "after-output",
@@ -174,16 +174,15 @@ def verify(
     ``original`` is the unscheduled graph (``Schedule.original``); without it, the orderings
     are inferred from ``gm``'s own host order.  ``dialect`` says which ops are the stream ops:
     a `msched.Dialect`, a name (``"msched"``, the default, or ``"trtllm"``) or an op namespace
-    that defines them (`msched.proof.registry.as_dialect`).  With ``num_streams`` (an int in
+    that defines them (`msched.proof.dialects.as_dialect`).  With ``num_streams`` (an int in
     ``1..msched.MAX_STREAMS``), stream ids outside ``range(num_streams)`` are ``bad-stream``
     violations.  Raises `msched.InvalidGraphError` for graphs that cannot be read (a cycle;
-    see also `msched.proof.interpreter.interpret`) and `msched.InvalidArgumentError` for bad
-    arguments.
+    see also `msched.proof.dialects.interpret`) and `msched.InvalidArgumentError` for bad arguments.
 
-    Report kinds (`VIOLATION_KINDS`): ``after-output``, ``missing-node`` (an original node the
-    schedule dropped, or an input from another graph), ``duplicate-node`` (an original node
-    repeated), ``extra-node`` (a compute node that is not in ``original``: a scheduler may add
-    stream ops only), ``bad-stream``, ``unrecorded-event``, ``race`` (with ``hazard``),
+    Kinds (`VIOLATION_KINDS`): ``after-output``, ``missing-node`` (an original node the schedule
+    dropped, or an input from another graph), ``duplicate-node`` (an original node repeated),
+    ``extra-node`` (a compute node that is not in ``original``: a scheduler may add stream
+    ops only), ``bad-stream``, ``unrecorded-event``, ``race`` (with ``hazard``),
     ``exit-not-joined`` and ``missing-record-stream``.  Extra and duplicate nodes are
     ordered too: their dependencies on the other nodes come from the scheduled host order.
     """

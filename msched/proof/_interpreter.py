@@ -2,7 +2,7 @@
 
 `interpret` walks a graph in host order and returns, for every node, the stream it is issued
 on and its actions (`msched.proof.actions`) as `Step`s; with no dialect given it reads
-msched's ops and detects another dialect's (`msched.proof.registry`).  No reader looks at a
+msched's ops and detects another dialect's (`msched.proof._registry`).  No reader looks at a
 stream op itself.
 """
 
@@ -16,9 +16,9 @@ from torch.fx import Graph, GraphModule, Node
 from msched.analysis.nodes import INPUT_OPS, graph_of
 from msched.errors import InvalidGraphError, MschedError
 from msched.limits import MAX_STREAMS
-from msched.proof import actions, registry
-from msched.proof.actions import Action, Reader
-from msched.proof.dialect import (
+from msched.proof import _registry as registry
+from msched.proof import actions
+from msched.proof._dialect import (
     FOUR_OP_READERS,
     FOUR_OPS,
     Dialect,
@@ -26,8 +26,9 @@ from msched.proof.dialect import (
     qualified_op_name,
     target_key,
 )
+from msched.proof._program import Step, StreamProgram, new_step
+from msched.proof.actions import Action, Reader
 from msched.proof.lookalikes import UnreadStreamOps
-from msched.proof.program import Step, StreamProgram, new_step
 
 
 def _direct_four_op(kind: str) -> Callable[..., int | None]:
@@ -134,7 +135,7 @@ class _Classifier:
 def interpret(gm: GraphModule | Graph, dialect: Dialect | str | None = None) -> StreamProgram:
     """Read ``gm`` in host order: the stream of every node and what every stream op does.
 
-    ``dialect`` is anything `msched.proof.registry.as_dialect` accepts; None reads msched's
+    ``dialect`` is anything `msched.proof._registry.as_dialect` accepts; None reads msched's
     stream ops, or the dialect of the graph's stream ops when they are another's
     (`Dialect.detect`).  A reader that returns None for a node leaves it compute.  Raises
     `InvalidGraphError` for graphs that cannot be read: no output or several, a stream or

@@ -8,8 +8,8 @@ node runs on from its metadata.  Its four fields ``set_stream``, ``record_event`
 namespace's with `Dialect.from_namespace`), read by the readers of this module; further ops
 come with their own readers (`Dialect.define`).
 
-The built-in dialects and detection live in `msched.proof.registry` (`Dialect.named` and
-`Dialect.detect` reach it); `msched.proof.interpreter` reads a graph in a dialect.
+The built-in dialects and detection live in `msched.proof._registry` (`Dialect.named` and
+`Dialect.detect` reach it); `msched.proof._interpreter` reads a graph in a dialect.
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ class Dialect:
         """A built-in dialect: ``"msched"``, ``"trtllm"``, ``"torch"`` (options:
         ``caller_stream=<table index>``) or ``"autodeploy"``.  Raises
         `msched.InvalidArgumentError` for other names, listing the known ones."""
-        return _registry().named(name, **options)
+        return _the_registry().named(name, **options)
 
     @classmethod
     def detect(cls, gm: GraphModule | Graph) -> Dialect:
@@ -192,7 +192,7 @@ class Dialect:
         dialect's are read as one program; two four-op dialects in one graph are an
         `msched.InvalidGraphError` naming both.
         """
-        return _registry().detect_dialect(gm)
+        return _the_registry().detect_dialect(gm)
 
     def __or__(self, other: Dialect) -> Dialect:
         """One dialect reading the ops of both (PyTorch's streams ops mixed with a four-op
@@ -239,12 +239,12 @@ class Dialect:
         return name.split("::")[0] if name else None
 
 
-def _registry() -> ModuleType:
-    """`msched.proof.registry`, imported when first needed: the one deferred import of
+def _the_registry() -> ModuleType:
+    """`msched.proof._registry`, imported when first needed: the one deferred import of
     `msched.proof`.  The registry is built from this type (each dialect module makes its
     `Dialect` and registers it there), so the type cannot import it when it loads; yet
     ``Dialect.named`` and ``Dialect.detect`` are the documented spelling of its lookups."""
-    from msched.proof import registry
+    from msched.proof import _registry as registry
 
     return registry
 

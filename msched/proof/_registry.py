@@ -20,7 +20,7 @@ from torch.fx import Graph, GraphModule, Node
 
 from msched.analysis.nodes import graph_of
 from msched.errors import InvalidArgumentError, InvalidGraphError
-from msched.proof.dialect import FOUR_OPS, Dialect, qualified_op_name, target_key
+from msched.proof._dialect import FOUR_OPS, Dialect, qualified_op_name, target_key
 
 
 @dataclass(frozen=True)
