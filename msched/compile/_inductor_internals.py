@@ -422,11 +422,11 @@ __all__ = [
     "custom_graph_pass_base",
     "external_object_table",
     "inductor_cache_dir",
-    "stream_op_named",
     "missing_interfaces",
     "order_after",
     "recording_final_orders",
     "recording_loaded_modules",
     "require_interfaces",
+    "stream_op_named",
     "wrap_in_control_deps",
 ]
