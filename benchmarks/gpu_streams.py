@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from msched.compile import compiler as backend_module
-from msched.compile.runtime import StreamRuntime
+from msched.runtime import StreamRuntime
 from msched.testing.decoders import TinyDecoder
 
 

@@ -1,7 +1,7 @@
 """msched: a reference multi-stream scheduler for torch.fx graphs.
 
 The graph exit depends on the last write of every in-place target, so a capture into a graph
-input is emitted before ``output`` and joined on the caller's stream.  See DESIGN.md.
+input is emitted before ``output`` and joined on the caller's stream.  See docs/design.md.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from msched._torch_internals import warn_if_untested
 from msched.analysis.cost import CostModel, DefaultCostModel, RooflineCostModel
 from msched.analysis.dag import Dag, build_dag
 from msched.analysis.effects import register_mutation, register_pure, register_side_effect
-from msched.compile.compiler import backend, trace
+from msched.compile.compiler import CompiledGraph, MschedBackend, Piece, backend, trace
 from msched.compile.tracing import cuda_streams_on_cpu, trace_streams
 from msched.errors import (
     InductorInterfaceError,
@@ -29,6 +29,7 @@ from msched.errors import (
     UntestedVersionWarning,
 )
 from msched.limits import MAX_STREAMS
+from msched.models.decoders import DecoderStack
 from msched.proof.dialects import Dialect
 from msched.proof.executor import Execution, execute
 from msched.proof.timeline import Timeline, simulate
@@ -40,19 +41,25 @@ from msched.scheduling.readback import read_schedule
 # A torch outside the tested range warns once, naming both (msched._torch_internals).
 warn_if_untested()
 
+__version__ = "0.1.0"  # the version in pyproject.toml (tests/msched/test_public.py checks)
+
 __all__ = [
     "MAX_STREAMS",
+    "CompiledGraph",
     "CostModel",
     "Dag",
-    "Dialect",
+    "DecoderStack",
     "DefaultCostModel",
+    "Dialect",
     "Execution",
     "InductorInterfaceError",
     "InvalidArgumentError",
     "InvalidGraphError",
     "MissingDependencyError",
+    "MschedBackend",
     "MschedError",
     "OptimalMakespan",
+    "Piece",
     "PieceVerificationError",
     "ReinplaceError",
     "Report",
@@ -66,15 +73,16 @@ __all__ = [
     "UnreadStreamOpsError",
     "UntestedVersionWarning",
     "Violation",
+    "__version__",
     "backend",
     "build_dag",
     "cuda_streams_on_cpu",
     "execute",
     "ops",
     "optimal_makespan",
+    "read_schedule",
     "register_mutation",
     "register_pure",
-    "read_schedule",
     "register_side_effect",
     "schedule",
     "simulate",

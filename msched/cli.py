@@ -1,7 +1,7 @@
 """The ``msched`` command: ``demo``, ``schedule``, ``svg``, ``explain`` and ``diff``.
 
 ``demo``, ``schedule``, ``svg`` and ``explain`` build a synthetic decoder stack
-(`msched.testing.decoders.decoder_stack`), or load the user's own graph (``--graph``:
+(`msched.models.decoders.decoder_stack`), or load the user's own graph (``--graph``:
 `load_graph`), schedule it with `msched.schedule` and read the result with
 `msched.pictures` (the renderers, and `msched.pictures.explain` for ``explain``).
 ``diff`` compares two schedules, each a file (canonical text or JSON) or such a stack
@@ -32,6 +32,7 @@ from msched.analysis.cost import CostModel, DefaultCostModel, RooflineCostModel,
 from msched.analysis.nodes import node_named
 from msched.errors import InvalidArgumentError, MschedError, ScheduleVerificationError
 from msched.limits import MAX_STREAMS, check_num_streams, positive_int
+from msched.models.decoders import DecoderStack, decoder_stack
 from msched.pictures.diff import ParsedSchedule, parse_schedule, parsed, schedule_diff
 from msched.pictures.dot import render_dot
 from msched.pictures.explain import explain_lines
@@ -44,7 +45,6 @@ from msched.pictures.view import View, host_index, joining_wait, view_of
 from msched.proof.dialects import Step
 from msched.proof.verifier import Report
 from msched.scheduling.pipeline import Schedule
-from msched.testing.decoders import DecoderStack, decoder_stack
 
 FORMATS = ("text", "json", "dot", "trace", "svg")
 _RENDERERS = {

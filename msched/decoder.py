@@ -1,6 +1,6 @@
-"""The reference decoder stacks, under their first name: see `msched.testing.decoders`."""
+"""The reference decoder stacks, under their first name: see `msched.models.decoders`."""
 
-from msched.testing.decoders import *  # noqa: F403
-from msched.testing.decoders import DecoderStack, TinyDecoder, decoder_stack
+from msched.models.decoders import *  # noqa: F403
+from msched.models.decoders import DecoderStack, TinyDecoder, decoder_stack
 
 __all__ = ["DecoderStack", "TinyDecoder", "decoder_stack"]

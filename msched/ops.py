@@ -18,7 +18,7 @@ a dispatcher call on every forward.  ``set_stream(s, [a, b], [c])`` means exactl
 unchanged.
 
 They are registered as side-effectful with ``torch.fx`` so that ``eliminate_dead_code`` keeps
-them, and they act on `msched.compile.runtime.current_runtime()`: no-ops on CPU.
+them, and they act on `msched.runtime.current_runtime()`: no-ops on CPU.
 
 Direct calls: the module of a scheduled graph does not go through the dispatcher for its stream
 ops (about 1 µs each per forward, measured in ``benchmarks/bench_forward.py``).  Its code
@@ -48,7 +48,7 @@ from msched._torch_internals import (
     functorch_active,
     profiler_enabled,
 )
-from msched.compile.runtime import current_runtime
+from msched.runtime import current_runtime
 
 _lib = torch.library.Library("msched", "FRAGMENT")
 _lib.define("set_stream(int stream, int[] wait_events=[], int[] record_events=[]) -> ()")

@@ -35,9 +35,9 @@ if TYPE_CHECKING:
     from torch.fx import GraphModule
 
     from msched.analysis.cost import CostModel
-    from msched.compile.traced import TracedDecoder
     from msched.proof.dialects import Dialect
     from msched.testing import checks
+    from msched.testing.traced import TracedDecoder
 
 WORKER_OUTPUT_KEY = "msched_stats"
 DUMPS_OUTPUT_KEY = "msched_dumps"
@@ -299,7 +299,7 @@ class MschedSession:
     def traced_decoder(self, num_streams: int, kwargs: dict[str, Any]) -> TracedDecoder:
         """`trace_decoder` once per stream count and arguments (when they are hashable):
         compiling a 12-layer decoder takes seconds."""
-        from msched.compile.traced import trace_decoder
+        from msched.testing.traced import trace_decoder
 
         key = _cache_key(num_streams, kwargs)
         if key is None:

@@ -1,6 +1,6 @@
 """Fixtures around ``torch.compile`` with `msched.backend`; each wraps a plain msched function.
 
-- ``traced_decoder``: a factory of `msched.compile.traced.TracedDecoder` — a `TinyDecoder` compiled
+- ``traced_decoder``: a factory of `msched.testing.traced.TracedDecoder` — a `TinyDecoder` compiled
   with ``msched.backend(num_streams, piecewise, ...)`` for the test's ``num_streams``, its
   scheduled pieces, what each piece was called with, and the eager reference results.
 """
@@ -15,7 +15,7 @@ import pytest
 from pytest_msched._session import MschedSession
 
 if TYPE_CHECKING:
-    from msched.compile.traced import TracedDecoder
+    from msched.testing.traced import TracedDecoder
 
 
 @pytest.fixture

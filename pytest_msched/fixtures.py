@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 
     import msched
     from msched.analysis.cost import CostModel
+    from msched.models.decoders import DecoderStack
     from msched.testing import checks
-    from msched.testing.decoders import DecoderStack
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def decoder_stack() -> Callable[..., DecoderStack]:
     every call; ``capture_op`` is an engine's own capture op (schema ``(Tensor(a!) dest,
     Tensor src, int start, int end) -> ()``; default ``msched::inplace_slice_copy``).
     """
-    from msched.testing.decoders import decoder_stack as build_decoder_stack
+    from msched.models.decoders import decoder_stack as build_decoder_stack
 
     return build_decoder_stack
 

@@ -63,7 +63,6 @@ from msched.analysis.cost import CostModel, check_cost_model
 from msched.analysis.effects import STORAGE_META, Effects, compute_effects
 from msched.analysis.nodes import INPUT_OPS
 from msched.compile._reinplace import reinplace
-from msched.compile.runtime import StreamRuntime
 from msched.errors import (
     InvalidArgumentError,
     MschedError,
@@ -73,6 +72,7 @@ from msched.errors import (
 )
 from msched.limits import check_num_streams
 from msched.proof.verifier import Report, verify
+from msched.runtime import StreamRuntime
 from msched.scheduling.pipeline import Schedule, schedule
 
 #: Where ``piecewise=True`` splits by default: the attention op of the reference decoders,
@@ -223,7 +223,7 @@ def backend(
     ``OpOverloadPacket``s or qualified op names (``"namespace::name"`` for any overload,
     ``"namespace::name.overload"`` for one; ``"namespace.name[.overload]"``, as Python prints
     an op, means the same), default `DEFAULT_SPLIT_OPS`
-    (``["msched::attention"]``, the attention of `msched.testing.decoders`).  Names are
+    (``["msched::attention"]``, the attention of `msched.models.decoders`).  Names are
     matched against the schema of each call when a graph is split, so the op need not exist
     yet, and a graph that never calls it is one piece.  A graph that calls none of them but
     ops that look related (AOT autograd decomposed the op) raises `msched.SplitOpNotFoundError`

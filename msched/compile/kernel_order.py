@@ -161,8 +161,8 @@ def kernel_names(gm: GraphModule) -> list[str]:
 __all__ = [
     "KERNEL",
     "KERNELS",
-    "KERNEL_WRITES",
     "KERNEL_META",
+    "KERNEL_WRITES",
     "kernel_names",
     "kernel_order_program",
 ]

@@ -147,7 +147,7 @@ def _module_view(gm: GraphModule, cost_model: CostModel) -> View:
         gm=gm,
         program=program,
         num_streams=program.num_streams,
-        num_events=len({e.event for e in events if e.record is not None}),
+        num_events=program.num_events,
         num_waits=program.num_waits,
         makespan=timeline.makespan,
         lower_bound=timeline.lower_bound,

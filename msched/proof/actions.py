@@ -23,13 +23,13 @@ int ids in order of first appearance, except the dialect's ``caller_stream`` key
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeGuard
 
 from torch.fx import Node
 
 from msched.errors import InvalidGraphError
 
-KINDS = (
+ACTION_KINDS = (
     "set_stream",
     "record_event",
     "wait_event",
@@ -115,14 +115,20 @@ def int_argument(node: Node, index: int, op: str, name: str | None = None) -> in
         value = (tuple(node.args) + tuple(node.kwargs.values()))[index]
     else:
         raise InvalidGraphError(f"{op} node {node.name!r} has no argument {index}")
+    if is_literal_id(value):
+        return value
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidGraphError(
             f"{op} node {node.name!r} takes a literal int, got {value!r}; stream and event "
             "ids must be constants in the graph"
         )
-    if value < 0:
-        raise InvalidGraphError(f"{op} node {node.name!r} has a negative id {value}")
-    return value
+    raise InvalidGraphError(f"{op} node {node.name!r} has a negative id {value}")
+
+
+def is_literal_id(value: object) -> TypeGuard[int]:
+    """Whether ``value`` is a stream id, event id or table index as a graph writes one: a
+    non-negative ``int`` (not a ``bool``)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def tensor_argument(node: Node, index: int = 0, name: str = "t") -> Node | None:
@@ -132,10 +138,11 @@ def tensor_argument(node: Node, index: int = 0, name: str = "t") -> Node | None:
 
 
 __all__ = [
-    "KINDS",
+    "ACTION_KINDS",
     "Action",
     "Reader",
     "int_argument",
+    "is_literal_id",
     "passes",
     "record",
     "record_stream",

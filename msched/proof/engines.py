@@ -1,7 +1,9 @@
 """The built-in dialects: how msched, TensorRT-LLM, PyTorch and AutoDeploy encode stream code.
 
 Each is a `msched.Dialect` whose readers turn the engine's stream ops into actions
-(`msched.proof.actions`); `Dialect.named` returns them by name.
+(`msched.proof.actions`); `Dialect.named` returns them by name (`msched.proof._registry`).
+The four-op dialects are `msched.proof._dialect`'s shape (registered by the registry),
+``torch`` is `msched.proof.torch_streams`, and ``autodeploy`` is defined and registered here.
 
 - ``msched``: ``msched::set_stream(int, int[] wait_events=[], int[] record_events=[])`` (the
   records on the old stream, the switch, then the waits), ``record_event(int)``,
@@ -24,15 +26,15 @@ can be read without the engine installed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Hashable, Sequence
 
 from torch.fx import Node
 
-from msched.errors import InvalidArgumentError, InvalidGraphError
+from msched.errors import InvalidGraphError
+from msched.proof import _registry as registry
 from msched.proof import actions
+from msched.proof._dialect import Dialect
 from msched.proof.actions import Action
-from msched.proof.dialects import Dialect, target_key
 
 # --- AutoDeploy ----------------------------------------------------------------------------
 
@@ -106,65 +108,13 @@ def autodeploy() -> Dialect:
     )
 
 
-# --- the registry --------------------------------------------------------------------------
-
-_ACTION_DIALECTS = ("torch", "autodeploy")
-
-
-def named(name: str, **options: Any) -> Dialect:
-    """`msched.Dialect.named`."""
-    if name == "torch":
-        from msched.proof.torch_streams import torch_dialect
-
-        return torch_dialect(**options)
-    makers = {
-        "msched": Dialect,
-        "trtllm": lambda: Dialect.from_namespace("trtllm"),
-        "autodeploy": autodeploy,
-    }
-    if name not in makers:
-        raise InvalidArgumentError(
-            f"unknown dialect {name!r}: the built-in dialects are "
-            f"{', '.join(map(repr, [*makers, 'torch']))}"
-        )
-    if options:
-        raise InvalidArgumentError(
-            f"the {name} dialect takes no options, got {', '.join(sorted(options))}"
-        )
-    return makers[name]()
+def describe_key(key: Hashable, what: str) -> str | None:
+    """A report's name for one of AutoDeploy's streams or events (keyed by name)."""
+    if isinstance(key, tuple) and len(key) == 2 and key[0] == "autodeploy":
+        return f"AutoDeploy {what} {key[1]!r}"
+    return None
 
 
-def builtin() -> dict[str, Dialect]:
-    """Every built-in dialect with default options, by name."""
-    return {n: named(n) for n in ("msched", "trtllm", "torch", "autodeploy")}
+registry.register("autodeploy", autodeploy, mixes=True, describe_key=describe_key)
 
-
-def is_action_dialect(name: str) -> bool:
-    """Whether dialect ``name`` may share a graph with a four-op dialect (PyTorch's and
-    AutoDeploy's ops do, in TensorRT-LLM graphs)."""
-    return name in _ACTION_DIALECTS
-
-
-_OPS: dict[str, tuple[str, str]] | None = None
-
-
-def _builtin_ops() -> dict[str, tuple[str, str]]:
-    """Qualified op name or function name -> (dialect, op) over the built-in dialects."""
-    global _OPS
-    if _OPS is None:
-        table: dict[str, tuple[str, str]] = {}
-        for dialect_name, dialect in builtin().items():
-            for key in dialect._table():
-                if isinstance(key, str):
-                    table[key] = (dialect_name, key.split("::")[-1])
-        _OPS = table
-    return _OPS
-
-
-def builtin_op(target: Any) -> tuple[str, str] | None:
-    """``(dialect, op)`` when ``target`` is a stream op of a built-in dialect."""
-    key = target_key(target)
-    return None if key is None else _builtin_ops().get(key)
-
-
-__all__ = ["AUTODEPLOY_AUX", "autodeploy", "builtin", "builtin_op", "named"]
+__all__ = ["AUTODEPLOY_AUX", "autodeploy", "describe_key"]

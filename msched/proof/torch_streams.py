@@ -36,12 +36,15 @@ from typing import Any
 
 from torch.fx import Graph, GraphModule, Node
 
+from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidArgumentError, InvalidGraphError
+from msched.proof import _registry as registry
 from msched.proof import actions
+from msched.proof._dialect import Dialect, target_key
 from msched.proof.actions import Action
-from msched.proof.dialects import CALLER_META, Dialect, target_key
 
 _TORCH = "torch"
+CALLER_META = "msched_caller_stream"  # GraphModule.meta: the caller stream's table indices
 
 
 def _index(node: Node, index: int, op: str) -> tuple[str, int]:
@@ -165,7 +168,7 @@ def _node_stream(node: Node) -> Hashable | None:
     index = custom.get("stream") if isinstance(custom, dict) else None
     if index is None:
         return None
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+    if not actions.is_literal_id(index):
         raise InvalidGraphError(
             f"node {node.name!r} has meta['custom']['stream'] = {index!r}; PyTorch writes a "
             "stream table index there"
@@ -189,7 +192,7 @@ def _caller_keys(indices: object) -> frozenset[Hashable]:
             f"caller_stream must be stream table indices (ints >= 0), got {indices!r}"
         )
     for index in indices:
-        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        if not actions.is_literal_id(index):
             raise InvalidArgumentError(
                 f"caller_stream must be stream table indices (ints >= 0), got {index!r}"
             )
@@ -222,4 +225,42 @@ def torch_dialect(caller_stream: int | Sequence[int] | None | str = "graph") -> 
     return Dialect.define(_TORCH, readers, node_stream=_node_stream, caller_stream=caller)
 
 
-__all__ = ["CALLER_META", "torch_dialect"]
+def describe_key(key: Hashable, what: str) -> str | None:
+    """A report's name for a stream or event table index of this dialect."""
+    if isinstance(key, tuple) and len(key) == 2 and key[0] == _TORCH:
+        return f"PyTorch {what} table index {key[1]}"
+    return None
+
+
+# Where nodes run without a stream op: a graph from `msched.trace_streams`, or a node with
+# ``meta["custom"]["stream"]``; then the graph is read in this dialect even without a stream op
+# (an AOT graph whose side stream never waits has none).
+
+
+def _traced(graph: Graph) -> bool:
+    """Whether ``graph`` is of a module `msched.trace_streams` returned."""
+    module = graph.owning_module
+    return module is not None and CALLER_META in getattr(module, "meta", {})
+
+
+def _annotated(node: Node) -> bool:
+    """Whether ``node`` runs on a stream PyTorch's annotations name."""
+    custom = node.meta.get("custom")
+    return (
+        bool(custom)
+        and isinstance(custom, dict)
+        and "stream" in custom
+        and node.op not in INPUT_OPS
+    )
+
+
+registry.register(
+    _TORCH,
+    torch_dialect,
+    takes_options=True,
+    mixes=True,
+    describe_key=describe_key,
+    metadata=registry.StreamMetadata("custom", _annotated, _traced, "meta['custom']['stream']"),
+)
+
+__all__ = ["CALLER_META", "describe_key", "torch_dialect"]

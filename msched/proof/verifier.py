@@ -59,10 +59,13 @@ from msched.analysis.lifetimes import UnsafeUse, unsafe_cross_stream_uses
 from msched.analysis.nodes import INPUT_OPS, graph_of
 from msched.errors import ScheduleVerificationError
 from msched.limits import check_num_streams
+from msched.proof._dialect import Dialect
+from msched.proof._interpreter import interpret
+from msched.proof._program import Step, StreamProgram
+from msched.proof._registry import describe_key
 from msched.proof.clocks import Clocks, clocks_of
-from msched.proof.dialects import Dialect, Step, StreamProgram, describe_key, interpret
 
-KINDS = (
+VIOLATION_KINDS = (
     "after-output",
     "missing-node",
     "duplicate-node",
@@ -83,9 +86,9 @@ _HAZARD_BITS = ((DATA, "data"), (WAW, "waw"), (RAW, "raw"), (WAR, "war"))
 class Violation:
     """One thing wrong with a schedule.
 
-    ``kind`` is one of `KINDS`; ``nodes`` names the nodes involved (the earlier one first for
-    races); ``hazard`` is set for races (one of `HAZARDS`); ``streams`` are the streams of
-    ``nodes`` where they have one; ``message`` says what is wrong and what to do.
+    ``kind`` is one of `VIOLATION_KINDS`; ``nodes`` names the nodes involved (the earlier one
+    first for races); ``hazard`` is set for races (one of `HAZARDS`); ``streams`` are the
+    streams of ``nodes`` where they have one; ``message`` says what is wrong and what to do.
     """
 
     kind: str
@@ -176,7 +179,7 @@ def verify(
     violations.  Raises `msched.InvalidGraphError` for graphs that cannot be read (a cycle;
     see also `msched.proof.dialects.interpret`) and `msched.InvalidArgumentError` for bad arguments.
 
-    Report kinds (`KINDS`): ``after-output``, ``missing-node`` (an original node the schedule
+    Kinds (`VIOLATION_KINDS`): ``after-output``, ``missing-node`` (an original node the schedule
     dropped, or an input from another graph), ``duplicate-node`` (an original node repeated),
     ``extra-node`` (a compute node that is not in ``original``: a scheduler may add stream
     ops only), ``bad-stream``, ``unrecorded-event``, ``race`` (with ``hazard``),

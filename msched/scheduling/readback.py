@@ -50,7 +50,6 @@ def read_schedule(
     chosen = detect_dialect(gm.graph) if dialect is None else as_dialect(dialect)
     program = interpret(gm, chosen)
     timeline = simulate(gm, model, chosen)
-    events = {s.event for s in program.steps if s.kind == "record_event"}
     if num_streams is not None:
         check_num_streams(num_streams)
     streams = max(num_streams or 0, program.num_streams)
@@ -65,7 +64,7 @@ def read_schedule(
         gm,
         streams,
         dict(program.stream_of),
-        len(events),
+        program.num_events,
         program.num_waits,
         timeline.makespan,
         bound,

@@ -27,6 +27,7 @@ from typing import Any
 from torch.fx import Graph, GraphModule, Node
 
 import msched
+from msched._lazy import lazy_graph_module
 from msched._torch_internals import OpOverload, schema_of
 from msched.analysis.cost import CostModel
 from msched.analysis.effects import compute_effects
@@ -38,7 +39,6 @@ from msched.proof.dialects import Dialect, as_dialect, interpret
 from msched.proof.verifier import Report, verify
 from msched.scheduling import pipeline
 from msched.scheduling.pipeline import Schedule, schedule
-from msched.testing._lazy import lazy_graph_module
 
 #: Lines shown before and after each focus node of an `excerpt`.
 RADIUS = 3
@@ -109,7 +109,7 @@ def scheduler_name(scheduler: object) -> str:
 def copy_module(gm: GraphModule) -> GraphModule:
     """A copy of ``gm`` with a graph of its own (same node names) and ``gm``'s parameters,
     buffers and submodules (shared, not copied: as `msched.Schedule.original`).  Its code is
-    generated when it is first run or read (`msched.testing._lazy`)."""
+    generated when it is first run or read (`msched._lazy`)."""
     return lazy_graph_module(gm, copy.deepcopy(gm.graph), gm.__class__.__name__)
 
 

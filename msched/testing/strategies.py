@@ -48,7 +48,7 @@ from hypothesis import strategies as st
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import Argument
 
-import msched.testing.reference_ops  # noqa: F401  (registers msched::inplace_slice_copy)
+import msched.models.reference_ops  # noqa: F401  (registers msched::inplace_slice_copy)
 from msched.proof.dialects import Dialect
 from msched.proof.executor import execute, same_values
 from msched.scheduling.pipeline import Schedule

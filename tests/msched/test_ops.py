@@ -4,7 +4,7 @@ import torch
 from torch.fx import Graph, GraphModule
 
 import msched
-from msched.compile.runtime import StreamRuntime, current_runtime
+from msched.runtime import StreamRuntime, current_runtime
 
 
 def _graph_with_stream_ops() -> GraphModule:

@@ -91,7 +91,7 @@ def test_the_lazy_graph_module_generates_code_when_first_needed() -> None:
     assert ti.LazyGraphModule is not None and issubclass(ti.LazyGraphModule, GraphModule)
     gm = ti.LazyGraphModule(torch.nn.Module(), small_module().graph, "Lazy")
     assert gm.recompile() is None and "relu" in gm.code, changed(
-        "torch.fx._lazy_graph_module._LazyGraphModule", "msched.testing"
+        "torch.fx._lazy_graph_module._LazyGraphModule", "msched._lazy"
     )
 
 

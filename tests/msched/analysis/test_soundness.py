@@ -29,7 +29,7 @@ from torch.fx import GraphModule
 
 import msched
 from msched.compile.compiler import Piece
-from msched.compile.traced import record_piece_inputs
+from msched.testing.traced import record_piece_inputs
 
 from ..faults import inject
 from ..soundness_cases import CASES, Case, build, fx_trace

@@ -23,10 +23,10 @@ from msched.analysis.effects import _REGISTERED_MUTATIONS, _REGISTERED_SIDE_EFFE
 from msched.compile import _reinplace, compiler
 from msched.compile._reinplace import reinplace
 from msched.compile.compiler import MschedBackend, Piece, compile_and_run
-from msched.compile.traced import TracedDecoder, record_piece_inputs, trace_decoder
 from msched.proof.executor import execute
 from msched.proof.verifier import verify
 from msched.testing.decoders import TinyDecoder
+from msched.testing.traced import TracedDecoder, record_piece_inputs, trace_decoder
 
 from ..faults import drop_last_wait
 
@@ -745,7 +745,7 @@ _SEEN_RUNTIMES: list[Any] = []
 
 @torch.library.custom_op("msched_test::probe_runtime", mutates_args=())
 def probe_runtime(x: torch.Tensor) -> torch.Tensor:
-    _SEEN_RUNTIMES.append(msched.compile.runtime.current_runtime())
+    _SEEN_RUNTIMES.append(msched.runtime.current_runtime())
     return x.clone()
 
 
@@ -767,7 +767,7 @@ def test_compiled_call_runs_inside_its_own_runtime() -> None:
         compiled(torch.randn(3))
     (graph,) = b.graphs
     assert _SEEN_RUNTIMES == [graph.runtime] * 2
-    assert msched.compile.runtime.current_runtime() is not graph.runtime
+    assert msched.runtime.current_runtime() is not graph.runtime
     assert graph.runtime.num_streams_created == 0  # CPU: no-ops
 
 

@@ -368,7 +368,7 @@ def test_msched_s_ops_read_the_same_through_the_fast_path_and_the_readers() -> N
 
     sched = msched.schedule(decoder_stack(3, (0, 2), moe=True).gm, 3)
     readers = {
-        getattr(msched.ops, kind): (lambda r: lambda node: r(node))(dialects._FOUR_OP_READERS[kind])
+        getattr(msched.ops, kind): (lambda r: lambda node: r(node))(dialects.FOUR_OP_READERS[kind])
         for kind in dialects.FOUR_OPS
     }
     slow = interpret(sched.gm, Dialect.define("slow", readers))

@@ -10,7 +10,7 @@ from torch.fx import GraphModule
 
 import msched
 from msched.analysis.nodes import node_named
-from msched.proof.verifier import KINDS, Report, Violation
+from msched.proof.verifier import VIOLATION_KINDS, Report, Violation
 from msched.testing.decoders import decoder_stack
 
 from ..graphs import cyclic_graph, within
@@ -234,7 +234,7 @@ def test_report_and_violation_are_frozen_and_raise_lists_everything() -> None:
     for v in report.violations:
         assert str(v) in text
     assert "[race/data] `b` on stream 1" in text and "[exit-not-joined] output" in text
-    assert all(v.kind in KINDS for v in report.violations)
+    assert all(v.kind in VIOLATION_KINDS for v in report.violations)
     assert isinstance(report.violations[0], Violation)
 
 

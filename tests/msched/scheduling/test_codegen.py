@@ -17,7 +17,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import msched
-from msched.compile.runtime import StreamRuntime
+from msched.runtime import StreamRuntime
 from msched.scheduling import pipeline
 from msched.scheduling.codegen import DirectStreamCalls, direct_stream_calls
 from msched.testing.decoders import decoder_stack

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from msched.compile.compiler import MschedBackend, Piece, backend, compile_and_run
 from msched.errors import InvalidArgumentError
-from msched.testing.decoders import TinyDecoder
+from msched.models.decoders import TinyDecoder
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""`msched.compile.runtime.StreamRuntime`: no-ops on CPU; on CUDA (a fake ``torch.cuda`` here) real
+"""`msched.runtime.StreamRuntime`: no-ops on CPU; on CUDA (a fake ``torch.cuda`` here) real
 streams and events per runtime, created lazily, with stream 0 the caller's stream."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import msched
-from msched.compile.runtime import StreamRuntime, current_runtime
+from msched.runtime import StreamRuntime, current_runtime
 from msched.testing.decoders import decoder_stack
 
 

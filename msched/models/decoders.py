@@ -1,0 +1,454 @@
+"""Reference decoders with Eagle3-style hidden-state captures, runnable on CPU.
+
+`decoder_stack` builds a synthetic FX decoder stack directly from aten ops and three custom
+ops defined here (all real ``torch.library`` custom ops with fake implementations):
+
+- ``msched::inplace_slice_copy(Tensor(a!) dest, Tensor src, int start, int end) -> ()`` —
+  the Eagle3 capture: writes ``src`` into ``dest[..., start:end]`` and returns nothing (an
+  engine's own op of the same schema can take its place: ``decoder_stack(capture_op=...)``);
+- ``msched::attention(Tensor q, Tensor k, Tensor v, Tensor(a!) out) -> ()`` — causal
+  single-head attention written into a preallocated buffer;
+- ``msched::moe_experts(Tensor x, Tensor router, Tensor w1, Tensor w2) -> Tensor`` — top-1
+  routed experts (the shared expert is ordinary matmuls, so it can run in parallel).
+
+Layer ``i`` of the stack (0-based; the last layer can be captured) is:
+RMSNorm → q/k/v projections → attention into a buffer → o projection → residual add →
+RMSNorm → MLP (or MoE: routed experts ∥ shared expert) → residual add → optional capture
+of the hidden state into slice ``j`` of the capture buffer ``dest`` (a graph input).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.fx import Graph, GraphModule, Node
+
+from msched._lazy import lazy_graph_module
+from msched._torch_internals import FunctionSchema, OpOverload, OpOverloadPacket, schema_of
+from msched.errors import InvalidArgumentError
+from msched.limits import positive_int
+from msched.models.reference_ops import attention, inplace_slice_copy, moe_experts  # noqa: F401
+
+aten = torch.ops.aten
+
+#: The schema a capture op must have (`capture_overload`), up to the names of its arguments;
+#: ``int`` may also be ``SymInt``, and arguments with defaults may follow.
+CAPTURE_SCHEMA = "(Tensor(a!) dest, Tensor src, int start, int end) -> ()"
+_CAPTURE_KINDS = (("Tensor",), ("Tensor",), ("int", "SymInt"), ("int", "SymInt"))
+
+
+def capture_overload(op: object = None) -> OpOverload:
+    """The capture op ``op`` names, checked: an op with the schema `CAPTURE_SCHEMA`, whatever
+    its argument names, that writes its second argument into ``first[..., start:end]``
+    (msched's ``inplace_slice_copy`` for None).
+
+    ``op`` is an ``OpOverload`` (``torch.ops.ns.name.default``), an ``OpOverloadPacket``
+    (its ``default`` overload) or a ``torch.library.custom_op``.  Anything else, or an op
+    whose arguments differ in kind or order, raises `msched.InvalidArgumentError` saying what
+    is expected.
+    """
+    if op is None:
+        return torch.ops.msched.inplace_slice_copy.default
+    overload = op
+    if isinstance(overload, OpOverloadPacket):
+        overload = getattr(overload, "default", overload)
+    overload = getattr(overload, "_opoverload", overload)  # a torch.library.custom_op
+    if not isinstance(overload, OpOverload):
+        raise InvalidArgumentError(
+            f"capture_op must be a torch op with the schema {CAPTURE_SCHEMA} "
+            f"(e.g. torch.ops.myengine.inplace_slice_copy.default), got {op!r}"
+        )
+    problem = _capture_schema_problem(schema_of(overload))
+    if problem is not None:
+        raise InvalidArgumentError(
+            f"capture_op {overload} has the schema {schema_of(overload)}: {problem}; a capture "
+            f"op has the schema {CAPTURE_SCHEMA} (any argument names; arguments with defaults "
+            "may follow) and writes src into dest[..., start:end]"
+        )
+    return overload
+
+
+def _capture_schema_problem(schema: FunctionSchema) -> str | None:
+    """What is wrong with ``schema`` for a capture op, or None."""
+    arguments = list(schema.arguments)
+    head, rest = arguments[: len(_CAPTURE_KINDS)], arguments[len(_CAPTURE_KINDS) :]
+    kinds = [str(a.type) for a in head]
+    if len(head) < len(_CAPTURE_KINDS) or any(
+        kind not in allowed for kind, allowed in zip(kinds, _CAPTURE_KINDS, strict=True)
+    ):
+        got = ", ".join(f"{a.type} {a.name}" for a in head)
+        return f"its arguments are not (Tensor, Tensor, int, int) in this order: ({got})"
+    if any(a.kwarg_only for a in head):
+        return "its first four arguments must be positional"
+    extra = [a.name for a in rest if not a.has_default_value()]
+    if extra:
+        return f"its arguments after the fourth need defaults ({', '.join(extra)} has none)"
+    written = [a.name for a in arguments if a.alias_info is not None and a.alias_info.is_write]
+    if written != [head[0].name]:
+        return (
+            f"it must write {head[0].name} (its first argument) and nothing else "
+            f"(Tensor(a!) {head[0].name}), but writes {written or 'nothing'}"
+        )
+    if schema.returns:
+        return "it must return nothing (-> ())"
+    return None
+
+
+def capture_argument_names(op: OpOverload) -> tuple[str, ...]:
+    """The names ``op`` gives its destination, source, start and end (its schema's)."""
+    return tuple(a.name for a in op._schema.arguments[: len(_CAPTURE_KINDS)])
+
+
+@dataclass
+class DecoderStack:
+    """A synthetic decoder stack: the graph, its capture nodes, inputs and the reference run.
+
+    ``gm`` is built once per stack (schedule it in place if you like); ``reference()`` runs an
+    unscheduled twin of it, so it is unaffected by scheduling ``gm``.
+    ``layer_of`` maps the name of every node built for a decoder layer (its weights, its ops
+    and its capture) to the layer's 0-based index; the inputs, the final norm and ``output``
+    belong to no layer.  Names survive `msched.schedule`, so it reads a scheduled graph too.
+
+    Nothing is done before it is needed: ``gm`` generates its Python code when it is first
+    called or its ``code`` is read (a ``torch.fx`` lazy graph module; `msched.schedule` and
+    `msched.verify` read the graph, not the code), and the reference twin is built, from the
+    same arguments (so the same weights), on the first ``reference()``.
+    """
+
+    gm: GraphModule
+    dest: Node
+    captures: list[Node]
+    n_layers: int
+    capture_layers: tuple[int, ...]
+    hidden: int
+    tokens: int
+    seed: int
+    layer_of: Mapping[str, int]
+    _build_reference: Callable[[], GraphModule] = field(repr=False, compare=False)
+    _reference_gm: GraphModule | None = field(default=None, init=False, repr=False, compare=False)
+
+    def example_inputs(self) -> tuple[Tensor, Tensor]:
+        """Fresh CPU inputs in placeholder order: hidden states ``x`` and a zeroed ``dest``."""
+        g = torch.Generator().manual_seed(self.seed + 1)
+        x = torch.randn(self.tokens, self.hidden, generator=g)
+        dest = torch.zeros(self.tokens, self.hidden * len(self.capture_layers))
+        return x, dest
+
+    def reference(self) -> tuple[Tensor, Tensor]:
+        """Output and capture buffer of the unscheduled graph on `example_inputs`."""
+        if self._reference_gm is None:
+            self._reference_gm = self._build_reference()
+        x, dest = self.example_inputs()
+        out = self._reference_gm(x, dest)
+        return out, dest
+
+    def capture_slice(self, layer: int) -> tuple[int, int]:
+        """The ``[start, end)`` columns of ``dest`` that capture ``layer`` writes."""
+        j = self.capture_layers.index(layer)
+        return j * self.hidden, (j + 1) * self.hidden
+
+
+class _Builder:
+    """Appends the nodes of one decoder stack to an FX graph (one method per block)."""
+
+    def __init__(
+        self, hidden: int, seed: int, capture_kwargs: bool, capture_op: OpOverload
+    ) -> None:
+        self.graph = Graph()
+        self.root = nn.Module()
+        self.hidden = hidden
+        self.gen = torch.Generator().manual_seed(seed)
+        self.capture_kwargs = capture_kwargs
+        self.capture_op = capture_op
+
+    def weight(self, name: str, *shape: int) -> Node:
+        scale = 1.0 / math.sqrt(shape[-2] if len(shape) > 1 else 1.0)
+        if len(shape) == 1:
+            value = 1.0 + 0.1 * torch.randn(*shape, generator=self.gen)
+        else:
+            value = torch.randn(*shape, generator=self.gen) * scale
+        self.root.register_buffer(name, value)
+        return self.graph.get_attr(name)
+
+    def op(self, target: object, *args: object, **kwargs: object) -> Node:
+        return self.graph.call_function(target, args, kwargs)  # type: ignore[arg-type]
+
+    def rms_norm(self, h: Node, name: str) -> Node:
+        w = self.weight(name, self.hidden)
+        ms = self.op(aten.mean.dim, self.op(aten.mul.Tensor, h, h), [-1], True)
+        r = self.op(aten.rsqrt.default, self.op(aten.add.Scalar, ms, 1e-6))
+        return self.op(aten.mul.Tensor, self.op(aten.mul.Tensor, h, r), w)
+
+    def linear(self, x: Node, name: str, d_in: int, d_out: int) -> Node:
+        return self.op(aten.mm.default, x, self.weight(name, d_in, d_out))
+
+    def attention_block(self, h: Node, i: int) -> Node:
+        hn = self.rms_norm(h, f"l{i}_ln1")
+        q, k, v = (self.linear(hn, f"l{i}_w{p}", self.hidden, self.hidden) for p in "qkv")
+        buf = self.op(aten.empty_like.default, q)
+        self.op(torch.ops.msched.attention.default, q, k, v, buf)
+        return self.op(aten.add.Tensor, h, self.linear(buf, f"l{i}_wo", self.hidden, self.hidden))
+
+    def mlp(self, x: Node, prefix: str) -> Node:
+        ffn = 2 * self.hidden
+        gate = self.linear(x, f"{prefix}_wg", self.hidden, ffn)
+        up = self.linear(x, f"{prefix}_wu", self.hidden, ffn)
+        act = self.op(aten.mul.Tensor, self.op(aten.silu.default, gate), up)
+        return self.linear(act, f"{prefix}_wd", ffn, self.hidden)
+
+    def ffn_block(self, h: Node, i: int, moe: bool) -> Node:
+        hn = self.rms_norm(h, f"l{i}_ln2")
+        if not moe:
+            return self.op(aten.add.Tensor, h, self.mlp(hn, f"l{i}"))
+        experts, ffn = 4, 2 * self.hidden
+        routed = self.op(
+            torch.ops.msched.moe_experts.default,
+            hn,
+            self.weight(f"l{i}_router", self.hidden, experts),
+            self.weight(f"l{i}_w1", experts, self.hidden, ffn),
+            self.weight(f"l{i}_w2", experts, ffn, self.hidden),
+        )
+        shared = self.mlp(hn, f"l{i}_shared")
+        return self.op(aten.add.Tensor, self.op(aten.add.Tensor, h, routed), shared)
+
+    def layers(
+        self, h: Node, dest: Node, n_layers: int, capture_layers: tuple[int, ...], moe: bool
+    ) -> tuple[Node, list[Node], dict[str, int]]:
+        """Append ``n_layers`` layers after hidden state ``h``: the last hidden state, the
+        captures, and the layer of every node appended (by name)."""
+        captures: list[Node] = []
+        bounds = []  # [first, end) positions of each layer's nodes in the graph
+        for i in range(n_layers):
+            first = len(self.graph.nodes)
+            h = self.ffn_block(self.attention_block(h, i), i, moe)
+            if i in capture_layers:
+                captures.append(self.capture(dest, h, capture_layers.index(i), i))
+            bounds.append((first, len(self.graph.nodes)))
+        nodes = list(self.graph.nodes)
+        layer_of = {n.name: i for i, (lo, hi) in enumerate(bounds) for n in nodes[lo:hi]}
+        return h, captures, layer_of
+
+    def capture(self, dest: Node, h: Node, j: int, layer: int) -> Node:
+        start, end = j * self.hidden, (j + 1) * self.hidden
+        op = self.capture_op
+        name = f"capture_{layer}"
+        if self.capture_kwargs:  # by the op's own names
+            kwargs: dict[str, Any] = dict(
+                zip(capture_argument_names(op), (dest, h, start, end), strict=True)
+            )
+            return self.graph.create_node("call_function", op, (), kwargs, name=name)
+        return self.graph.create_node("call_function", op, (dest, h, start, end), name=name)
+
+
+def _check_stack_args(
+    n_layers: int, capture_layers: Sequence[int], hidden: int, tokens: int
+) -> None:
+    positive_int(n_layers, "n_layers")
+    positive_int(hidden, "hidden")
+    positive_int(tokens, "tokens")
+    bad = [c for c in capture_layers if not isinstance(c, int) or not 0 <= c < n_layers]
+    if bad:
+        raise InvalidArgumentError(
+            f"capture layers {bad} are outside the stack: layers are 0..{n_layers - 1}"
+        )
+    if len(set(capture_layers)) != len(capture_layers):
+        raise InvalidArgumentError(f"capture layers {list(capture_layers)} repeat a layer")
+
+
+def decoder_stack(
+    n_layers: int = 6,
+    capture_layers: Sequence[int] = (1, 3, 5),
+    moe: bool = False,
+    hidden: int = 8,
+    tokens: int = 4,
+    seed: int = 0,
+    capture_kwargs: bool = True,
+    capture_op: object = None,
+) -> DecoderStack:
+    """Build a synthetic decoder stack as an FX graph (see the module docstring).
+
+    Placeholders are ``x`` (``[tokens, hidden]``) and ``dest`` (``[tokens, hidden *
+    len(capture_layers)]``); weights are ``get_attr`` buffers drawn from ``seed``.  With
+    ``capture_kwargs=False`` captures pass their arguments positionally.
+
+    ``capture_op`` is the op of the captures (default ``msched::inplace_slice_copy``): any op
+    with the schema `CAPTURE_SCHEMA`, ``(Tensor(a!) dest, Tensor src, int start, int end) ->
+    ()`` up to the argument names (keyword captures use the op's own names), that writes
+    ``src`` into ``dest[..., start:end]``, such as an engine's own
+    ``torch.ops.<ns>.inplace_slice_copy.default`` (`capture_overload` says what it accepts;
+    arguments of other kinds or in another order are an `msched.InvalidArgumentError`).
+    ``.captures`` are its nodes and ``.reference()`` runs it.
+    """
+    capture_layers = tuple(capture_layers)
+    _check_stack_args(n_layers, capture_layers, hidden, tokens)
+    build = functools.partial(
+        _build,
+        n_layers,
+        capture_layers,
+        moe,
+        hidden,
+        seed,
+        capture_kwargs,
+        capture_overload(capture_op),
+    )
+    gm, dest, captures, layer_of = build("DecoderStack")
+    return DecoderStack(
+        gm=gm,
+        dest=dest,
+        captures=captures,
+        n_layers=n_layers,
+        capture_layers=capture_layers,
+        hidden=hidden,
+        tokens=tokens,
+        seed=seed,
+        layer_of=layer_of,
+        _build_reference=lambda: build("DecoderStackReference")[0],
+    )
+
+
+def _build(
+    n_layers: int,
+    capture_layers: tuple[int, ...],
+    moe: bool,
+    hidden: int,
+    seed: int,
+    capture_kwargs: bool,
+    capture_op: OpOverload,
+    class_name: str,
+) -> tuple[GraphModule, Node, list[Node], dict[str, int]]:
+    """The module of one stack (its code not generated yet), ``dest``, captures, layers.
+
+    Deterministic: the same arguments give the same graph, names and weights."""
+    b = _Builder(hidden, seed, capture_kwargs, capture_op)
+    h = b.graph.placeholder("x")
+    dest = b.graph.placeholder("dest")
+    h, captures, layer_of = b.layers(h, dest, n_layers, capture_layers, moe)
+    b.graph.output(b.rms_norm(h, "final_ln"))
+    return lazy_graph_module(b.root, b.graph, class_name), dest, captures, layer_of
+
+
+class RMSNorm(nn.Module):
+    """``x * rsqrt(mean(x * x) + eps) * weight`` over the last dimension."""
+
+    def __init__(self, hidden: int, gen: torch.Generator, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(1.0 + 0.1 * torch.randn(hidden, generator=gen))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def _matrix(gen: torch.Generator, *shape: int) -> nn.Parameter:
+    return nn.Parameter(torch.randn(*shape, generator=gen) / math.sqrt(shape[-2]))
+
+
+class Attention(nn.Module):
+    """q/k/v projections, ``msched::attention`` into a fresh buffer, o projection."""
+
+    def __init__(self, hidden: int, gen: torch.Generator) -> None:
+        super().__init__()
+        self.wq, self.wk, self.wv, self.wo = (_matrix(gen, hidden, hidden) for _ in range(4))
+
+    def forward(self, x: Tensor) -> Tensor:
+        q, k, v = x @ self.wq, x @ self.wk, x @ self.wv
+        out = torch.empty_like(q)
+        torch.ops.msched.attention(q, k, v, out)
+        return out @ self.wo
+
+
+class MLP(nn.Module):
+    """SiLU-gated MLP with a ``2 * hidden`` inner width."""
+
+    def __init__(self, hidden: int, gen: torch.Generator) -> None:
+        super().__init__()
+        self.wg = _matrix(gen, hidden, 2 * hidden)
+        self.wu = _matrix(gen, hidden, 2 * hidden)
+        self.wd = _matrix(gen, 2 * hidden, hidden)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return (torch.nn.functional.silu(x @ self.wg) * (x @ self.wu)) @ self.wd
+
+
+class MoE(nn.Module):
+    """Top-1 routed experts (``msched::moe_experts``) plus a shared expert, independent."""
+
+    def __init__(self, hidden: int, gen: torch.Generator, experts: int = 4) -> None:
+        super().__init__()
+        self.router = _matrix(gen, hidden, experts)
+        self.w1 = _matrix(gen, experts, hidden, 2 * hidden)
+        self.w2 = _matrix(gen, experts, 2 * hidden, hidden)
+        self.shared = MLP(hidden, gen)
+
+    def forward(self, x: Tensor) -> Tensor:
+        routed = torch.ops.msched.moe_experts(x, self.router, self.w1, self.w2)
+        return routed + self.shared(x)
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm residual layer: attention, then MLP or MoE."""
+
+    def __init__(self, hidden: int, gen: torch.Generator, moe: bool) -> None:
+        super().__init__()
+        self.ln1, self.attn = RMSNorm(hidden, gen), Attention(hidden, gen)
+        self.ln2 = RMSNorm(hidden, gen)
+        self.ffn: nn.Module = MoE(hidden, gen) if moe else MLP(hidden, gen)
+
+    def forward(self, h: Tensor) -> Tensor:
+        h = h + self.attn(self.ln1(h))
+        return h + self.ffn(self.ln2(h))
+
+
+class TinyDecoder(nn.Module):
+    """A small decoder with Eagle3-style hidden-state captures, for inference on CPU.
+
+    ``forward(x, capture)`` takes hidden states ``x`` of shape ``[tokens, hidden]`` and a
+    preallocated buffer ``capture`` of shape ``[tokens, hidden * len(capture_layers)]``; after
+    layer ``capture_layers[j]`` it copies the hidden state into columns ``capture_slice`` of
+    ``capture`` through ``msched::inplace_slice_copy`` (which returns nothing, so nothing
+    downstream depends on it).  Returns the final RMSNorm of the last hidden state.  The last
+    layer can be captured.  Parameters are frozen (``requires_grad=False``): it is an
+    inference model, and ``msched.backend`` compiles inference graphs.
+    """
+
+    def __init__(
+        self,
+        n_layers: int,
+        hidden: int,
+        capture_layers: Sequence[int],
+        moe: bool = False,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.capture_layers = tuple(capture_layers)
+        _check_stack_args(n_layers, self.capture_layers, hidden, 1)
+        gen = torch.Generator().manual_seed(seed)
+        self.hidden = hidden
+        self.layers = nn.ModuleList(DecoderLayer(hidden, gen, moe) for _ in range(n_layers))
+        self.norm = RMSNorm(hidden, gen)
+        self.requires_grad_(False)
+
+    def capture_slice(self, layer: int) -> tuple[int, int]:
+        """The ``[start, end)`` columns of the capture buffer that ``layer`` writes."""
+        j = self.capture_layers.index(layer)
+        return j * self.hidden, (j + 1) * self.hidden
+
+    def example_inputs(self, tokens: int, seed: int = 1) -> tuple[Tensor, Tensor]:
+        """Fresh inputs: hidden states drawn from ``seed`` and a zeroed capture buffer."""
+        x = torch.randn(tokens, self.hidden, generator=torch.Generator().manual_seed(seed))
+        return x, torch.zeros(tokens, self.hidden * len(self.capture_layers))
+
+    def forward(self, x: Tensor, capture: Tensor) -> Tensor:
+        h = x
+        for i, layer in enumerate(self.layers):
+            h = layer(h)
+            if i in self.capture_layers:
+                start, end = self.capture_slice(i)
+                torch.ops.msched.inplace_slice_copy(capture, h, start, end)
+        return self.norm(h)

@@ -1,0 +1,68 @@
+"""The public surface of ``msched``: its version, and the types its functions return."""
+
+from __future__ import annotations
+
+import inspect
+import tomllib
+import typing
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msched
+
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+
+
+def test_the_version_is_pyproject_s() -> None:
+    version = tomllib.loads(PYPROJECT.read_text())["project"]["version"]
+    assert msched.__version__ == version
+    assert "__version__" in msched.__all__
+
+
+def _classes_in(hint: Any) -> Iterator[type]:
+    """The classes a type hint names, through ``tuple[...]``, ``X | None``, ``list[...]``."""
+    if isinstance(hint, type) and not typing.get_args(hint):
+        yield hint
+    for arg in typing.get_args(hint):
+        yield from _classes_in(arg)
+
+
+def _returned(fn: Callable[..., Any]) -> Iterator[type]:
+    yield from _classes_in(typing.get_type_hints(fn).get("return"))
+
+
+def returned_types(module: Any) -> dict[str, set[str]]:
+    """Class of msched -> the exported functions, methods and properties that return it."""
+    found: dict[str, set[str]] = {}
+    for name in module.__all__:
+        value = getattr(module, name)
+        sources: list[tuple[str, Callable[..., Any]]] = []
+        if inspect.isfunction(value):
+            sources.append((name, value))
+        elif inspect.isclass(value):
+            for attr, member in vars(value).items():
+                if attr.startswith("_"):
+                    continue
+                if isinstance(member, property) and member.fget is not None:
+                    sources.append((f"{name}.{attr}", member.fget))
+                elif inspect.isfunction(member):
+                    sources.append((f"{name}.{attr}", member))
+        for where, fn in sources:
+            for cls in _returned(fn):
+                if cls.__module__.split(".")[0] == "msched":
+                    found.setdefault(cls.__name__, set()).add(where)
+    return found
+
+
+def test_every_type_an_exported_function_returns_is_exported() -> None:
+    returned = returned_types(msched)
+    assert {"MschedBackend", "Piece", "CompiledGraph", "Schedule", "Report"} <= set(returned)
+    assert {cls: by for cls, by in returned.items() if cls not in msched.__all__} == {}
+
+
+def test_the_decoder_stack_type_is_exported() -> None:
+    """`msched.decoder.decoder_stack` (documented) returns a `msched.DecoderStack`."""
+    import msched.decoder
+
+    assert typing.get_type_hints(msched.decoder.decoder_stack)["return"] is msched.DecoderStack
