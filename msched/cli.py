@@ -338,11 +338,15 @@ class Scheduled:
     cost_model: CostModel
 
 
+def _named_cost_model(name: str) -> CostModel:
+    """The cost model ``--cost NAME`` names (`COST_MODELS`)."""
+    return RooflineCostModel() if name == "roofline" else DefaultCostModel()
+
+
 def _cost_model(name: str, stack: DecoderStack) -> CostModel:
-    if name == "table":
-        return DefaultCostModel()
-    _propagate_shapes(stack)
-    return RooflineCostModel()
+    if name == "roofline":
+        _propagate_shapes(stack)  # the roofline model reads shapes
+    return _named_cost_model(name)
 
 
 def _propagate_shapes(stack: DecoderStack) -> None:
@@ -588,7 +592,7 @@ def _run_for(args: argparse.Namespace) -> Scheduled:
     if args.graph is not None:
         _refuse_stack_options(args)
         gm = load_graph(args.graph)
-        model: CostModel = RooflineCostModel() if args.cost == "roofline" else DefaultCostModel()
+        model = _named_cost_model(args.cost)
         return Scheduled(None, msched.schedule(gm, args.streams, model), model)
     stack = stack_options(_given_options(args))
     progress = Progress.for_layers(stack.layers, stack.moe)
@@ -629,7 +633,7 @@ def cmd_svg(args: argparse.Namespace, stdout: TextIO) -> int:
                 "traced again from its code when loaded, and that drops every stream op (their "
                 "arguments are constants); save a scheduled graph with torch.export.save (.pt2)"
             )
-        model = RooflineCostModel() if args.cost == "roofline" else DefaultCostModel()
+        model = _named_cost_model(args.cost)
         _write_output(args, render_svg(load_graph(args.graph), model), stdout)
         return 0
     run = _run_for(args)
