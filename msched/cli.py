@@ -20,7 +20,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -55,7 +55,26 @@ _RENDERERS = {
     "svg": render_svg,
 }
 _PROGRESS_NODES = 2000  # below this a run takes well under a second: no progress needed
-DEMO_LAYERS, DEMO_CAPTURES, DEMO_STREAMS, DEMO_LANE_LAYER = 12, (1, 5, 11), (1, 2, 3), 5
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    """The decoder stack a command builds and how it is scheduled: the stack options of
+    ``schedule``, ``svg``, ``explain`` and each side of ``diff``, every default in one place."""
+
+    layers: int = 12
+    captures: tuple[int, ...] = (1, 5, 11)
+    moe: bool = False
+    streams: int = 3
+    cost: str = "table"
+
+
+DEFAULT_STACK = StackOptions()
+STACK_OPTIONS = tuple(f.name for f in fields(StackOptions))
+COST_MODELS = ("table", "roofline")
+# The demo's stack is the default stack with MoE blocks, on 1, 2 and 3 streams.
+DEMO_LAYERS, DEMO_CAPTURES = DEFAULT_STACK.layers, DEFAULT_STACK.captures
+DEMO_STREAMS, DEMO_LANE_LAYER = (1, 2, 3), 5
 
 
 class _Parser(argparse.ArgumentParser):
@@ -105,7 +124,17 @@ def _layer_list(text: str) -> tuple[int, ...]:
     return layers
 
 
-def _add_stack_args(p: argparse.ArgumentParser, streams_default: int | None = None) -> None:
+def _layer_text(layers: Sequence[int]) -> str:
+    return ",".join(map(str, layers))
+
+
+def _and(numbers: Sequence[int]) -> str:
+    """``1, 5 and 11``."""
+    *head, last = map(str, numbers)
+    return f"{', '.join(head)} and {last}" if head else last
+
+
+def _add_stack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--graph",
         metavar="SPEC",
@@ -113,25 +142,29 @@ def _add_stack_args(p: argparse.ArgumentParser, streams_default: int | None = No
         "GraphModule, or (module, example inputs)) or a file saved with torch.save (.pt) or "
         "torch.export.save (.pt2)",
     )
-    p.add_argument("--layers", type=_layer_count, help="decoder layers (default 12)")
+    p.add_argument(
+        "--layers", type=_layer_count, help=f"decoder layers (default {DEFAULT_STACK.layers})"
+    )
     p.add_argument(
         "--captures",
         type=_layer_list,
         metavar="A,B,C",
-        help="0-based layers whose hidden state is captured (default 1,5,11)",
+        help="0-based layers whose hidden state is captured "
+        f"(default {_layer_text(DEFAULT_STACK.captures)})",
     )
     p.add_argument("--moe", action="store_true", help="MoE feed-forward blocks (routed ∥ shared)")
     p.add_argument(
         "--streams",
         type=_stream_count,
-        default=streams_default or 3,
+        default=DEFAULT_STACK.streams,
         metavar="S",
-        help=f"number of streams, 1..{MAX_STREAMS}; stream 0 is the caller's (default 3)",
+        help=f"number of streams, 1..{MAX_STREAMS}; stream 0 is the caller's "
+        f"(default {DEFAULT_STACK.streams})",
     )
     p.add_argument(
         "--cost",
-        choices=("table", "roofline"),
-        default="table",
+        choices=COST_MODELS,
+        default=DEFAULT_STACK.cost,
         help="cost model: op table (default) or roofline estimate from shapes",
     )
 
@@ -142,9 +175,11 @@ def build_parser() -> _Parser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = sub.add_parser(
         "demo",
-        help="schedule the reference 12-layer MoE stack on 1, 2 and 3 streams",
-        description="Schedule a 12-layer MoE decoder stack with Eagle3 captures at layers 1, 5 "
-        "and 11 on 1, 2 and 3 streams, verify each schedule and show where the captures run.",
+        help=f"schedule the reference {DEMO_LAYERS}-layer MoE stack on {_and(DEMO_STREAMS)} "
+        "streams",
+        description=f"Schedule a {DEMO_LAYERS}-layer MoE decoder stack with Eagle3 captures at "
+        f"layers {_and(DEMO_CAPTURES)} on {_and(DEMO_STREAMS)} streams, verify each schedule "
+        "and show where the captures run.",
     )
     demo.add_argument(
         "--out", type=Path, metavar="DIR", help="also write SVG, trace, DOT, JSON, text"
@@ -220,38 +255,44 @@ def _diff_parser() -> _Parser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("files", nargs="*", metavar="FILE", help="a schedule as text or JSON")
-    p.add_argument("--layers", type=_layer_count, help="decoder layers (default 12)")
+    default = DEFAULT_STACK
+    p.add_argument("--layers", type=_layer_count, help=f"decoder layers (default {default.layers})")
     p.add_argument(
-        "--captures", type=_layer_list, metavar="A,B,C", help="captured layers (default 1,5,11)"
+        "--captures",
+        type=_layer_list,
+        metavar="A,B,C",
+        help=f"captured layers (default {_layer_text(default.captures)})",
     )
     p.add_argument(
         "--moe",
         action=argparse.BooleanOptionalAction,
-        help="MoE feed-forward blocks (default: no)",
+        help=f"MoE feed-forward blocks (default: {'yes' if default.moe else 'no'})",
     )
-    p.add_argument("--streams", type=_stream_count, metavar="S", help="streams (default 3)")
-    p.add_argument("--cost", choices=("table", "roofline"), help="cost model (default table)")
+    p.add_argument(
+        "--streams", type=_stream_count, metavar="S", help=f"streams (default {default.streams})"
+    )
+    p.add_argument("--cost", choices=COST_MODELS, help=f"cost model (default {default.cost})")
     return p
 
 
-_STACK_DEFAULTS = {
-    "layers": 12,
-    "captures": (1, 5, 11),
-    "moe": False,
-    "streams": 3,
-    "cost": "table",
-}
+def _given_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The stack options given on the command line (those argparse left at None are not)."""
+    return {k: getattr(args, k) for k in STACK_OPTIONS if getattr(args, k, None) is not None}
 
 
-def _check_captures(layers: int, captures: tuple[int, ...]) -> None:
-    beyond = [c for c in captures if c >= layers]
+def stack_options(given: dict[str, Any], base: StackOptions = DEFAULT_STACK) -> StackOptions:
+    """``base`` with the options ``given``; a capture layer beyond the stack or given twice is
+    a `UsageError` (the one check of captures against layers)."""
+    stack = replace(base, **given)
+    beyond = [c for c in stack.captures if c >= stack.layers]
     if beyond:
         raise UsageError(
             f"capture layer {', '.join(map(str, beyond))} is beyond the stack: "
-            f"layers are 0..{layers - 1}"
+            f"layers are 0..{stack.layers - 1}"
         )
-    if len(set(captures)) != len(captures):
-        raise UsageError(f"capture layers repeat: {','.join(map(str, captures))}")
+    if len(set(stack.captures)) != len(stack.captures):
+        raise UsageError(f"capture layers repeat: {_layer_text(stack.captures)}")
+    return stack
 
 
 # ---------------------------------------------------------------------------------------------
@@ -297,11 +338,15 @@ class Scheduled:
     cost_model: CostModel
 
 
+def _named_cost_model(name: str) -> CostModel:
+    """The cost model ``--cost NAME`` names (`COST_MODELS`)."""
+    return RooflineCostModel() if name == "roofline" else DefaultCostModel()
+
+
 def _cost_model(name: str, stack: DecoderStack) -> CostModel:
-    if name == "table":
-        return DefaultCostModel()
-    _propagate_shapes(stack)
-    return RooflineCostModel()
+    if name == "roofline":
+        _propagate_shapes(stack)  # the roofline model reads shapes
+    return _named_cost_model(name)
 
 
 def _propagate_shapes(stack: DecoderStack) -> None:
@@ -333,6 +378,13 @@ def build_and_schedule(
     return Scheduled(stack, sched, model)
 
 
+def build_stack(stack: StackOptions, progress: Progress | None = None) -> Scheduled:
+    """`build_and_schedule` of a `StackOptions`."""
+    return build_and_schedule(
+        stack.layers, stack.captures, stack.moe, stack.streams, stack.cost, progress
+    )
+
+
 def verify_schedule(sched: Schedule) -> Report:
     """`msched.verify` of a schedule against its original graph."""
     return msched.verify(sched.gm, original=sched.original)
@@ -353,7 +405,8 @@ class _DemoRow:
 def _demo_rows(progress: Progress) -> list[_DemoRow]:
     rows = []
     for streams in DEMO_STREAMS:
-        run = build_and_schedule(DEMO_LAYERS, DEMO_CAPTURES, True, streams, progress=progress)
+        stack = replace(DEFAULT_STACK, moe=True, streams=streams)
+        run = build_stack(stack, progress)
         progress.step(f"verifying the {streams}-stream schedule")
         report = verify_schedule(run.schedule)
         problems = tuple(f"{x.kind}: {x.message}" for x in report.violations)
@@ -539,14 +592,12 @@ def _run_for(args: argparse.Namespace) -> Scheduled:
     if args.graph is not None:
         _refuse_stack_options(args)
         gm = load_graph(args.graph)
-        model: CostModel = RooflineCostModel() if args.cost == "roofline" else DefaultCostModel()
+        model = _named_cost_model(args.cost)
         return Scheduled(None, msched.schedule(gm, args.streams, model), model)
-    layers = 12 if args.layers is None else args.layers
-    captures = (1, 5, 11) if args.captures is None else args.captures
-    _check_captures(layers, captures)
-    progress = Progress.for_layers(layers, args.moe)
+    stack = stack_options(_given_options(args))
+    progress = Progress.for_layers(stack.layers, stack.moe)
     try:
-        return build_and_schedule(layers, captures, args.moe, args.streams, args.cost, progress)
+        return build_stack(stack, progress)
     finally:
         progress.done()
 
@@ -582,7 +633,7 @@ def cmd_svg(args: argparse.Namespace, stdout: TextIO) -> int:
                 "traced again from its code when loaded, and that drops every stream op (their "
                 "arguments are constants); save a scheduled graph with torch.export.save (.pt2)"
             )
-        model = RooflineCostModel() if args.cost == "roofline" else DefaultCostModel()
+        model = _named_cost_model(args.cost)
         _write_output(args, render_svg(load_graph(args.graph), model), stdout)
         return 0
     run = _run_for(args)
@@ -692,10 +743,10 @@ def _graph_from_file(path: Path) -> GraphModule:
 
 @dataclass(frozen=True)
 class _DiffSide:
-    """One side of ``msched diff``: a file, or a stack (``spec``: the stack options)."""
+    """One side of ``msched diff``: a file, or a stack."""
 
     file: Path | None
-    spec: dict[str, object] | None
+    stack: StackOptions | None
 
 
 def _diff_sides(argv: Sequence[str]) -> tuple[_DiffSide, _DiffSide]:
@@ -707,13 +758,13 @@ def _diff_sides(argv: Sequence[str]) -> tuple[_DiffSide, _DiffSide]:
     if "vs" in argv:
         k = argv.index("vs")
         left = _one_side(parser.parse_args(argv[:k]), None, "before 'vs'")
-        return left, _one_side(parser.parse_args(argv[k + 1 :]), left.spec, "after 'vs'")
+        return left, _one_side(parser.parse_args(argv[k + 1 :]), left.stack, "after 'vs'")
     args = parser.parse_args(argv)
-    options = _spec_options(args)
+    options = _given_options(args)
     if len(args.files) == 2 and not options:
         return _DiffSide(Path(args.files[0]), None), _DiffSide(Path(args.files[1]), None)
     if len(args.files) == 1 and options:
-        return _DiffSide(Path(args.files[0]), None), _DiffSide(None, _spec(options, None))
+        return _DiffSide(Path(args.files[0]), None), _DiffSide(None, stack_options(options))
     if len(args.files) > 2 or (len(args.files) == 2 and options):
         raise UsageError("give two schedules: two files, a file and stack options, or 'vs'")
     raise UsageError(
@@ -722,25 +773,13 @@ def _diff_sides(argv: Sequence[str]) -> tuple[_DiffSide, _DiffSide]:
     )
 
 
-def _spec_options(args: argparse.Namespace) -> dict[str, object]:
-    return {k: getattr(args, k) for k in _STACK_DEFAULTS if getattr(args, k) is not None}
-
-
-def _spec(options: dict[str, object], base: dict[str, object] | None) -> dict[str, object]:
-    spec = {**_STACK_DEFAULTS, **(base or {}), **options}
-    layers, captures = spec["layers"], spec["captures"]
-    assert isinstance(layers, int) and isinstance(captures, tuple)
-    _check_captures(layers, captures)
-    return spec
-
-
-def _one_side(args: argparse.Namespace, base: dict[str, object] | None, where: str) -> _DiffSide:
-    options = _spec_options(args)
+def _one_side(args: argparse.Namespace, base: StackOptions | None, where: str) -> _DiffSide:
+    options = _given_options(args)
     if len(args.files) > 1 or (args.files and options):
         raise UsageError(f"{where}: give one file or stack options, not both")
     if args.files:
         return _DiffSide(Path(args.files[0]), None)
-    return _DiffSide(None, _spec(options, base))
+    return _DiffSide(None, stack_options(options, base or DEFAULT_STACK))
 
 
 def _read_side(side: _DiffSide) -> ParsedSchedule:
@@ -751,11 +790,8 @@ def _read_side(side: _DiffSide) -> ParsedSchedule:
             why = error.strerror if isinstance(error, OSError) else "not UTF-8 text"
             raise UsageError(f"cannot read {side.file}: {why or error}") from None
         return parse_schedule(text, str(side.file))
-    spec = side.spec
-    assert spec is not None
-    layers, captures, streams = spec["layers"], spec["captures"], spec["streams"]
-    assert isinstance(layers, int) and isinstance(captures, tuple) and isinstance(streams, int)
-    run = build_and_schedule(layers, captures, bool(spec["moe"]), streams, str(spec["cost"]))
+    assert side.stack is not None
+    run = build_stack(side.stack)
     return parsed(run.schedule, run.cost_model)
 
 

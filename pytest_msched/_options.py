@@ -42,6 +42,9 @@ MARKER_HELP = (
     "test[streams3], ...; the count is the num_streams fixture (default: --msched-streams, "
     "then the msched_streams ini option, then 2,3)"
 )
+# The built-in dialects by name (`msched.Dialect.named`), spelled out so that the help needs
+# no import of msched (tests/plugin/test_own_scheduler.py checks them against msched's).
+BUILT_IN_DIALECTS: tuple[str, ...] = ("msched", "trtllm", "torch", "autodeploy")
 T = TypeVar("T")
 
 
@@ -104,8 +107,9 @@ def add_options(parser: pytest.Parser) -> None:
         dest="msched_dialect",
         default=None,
         metavar="NAME",
-        help="the stream ops of the scheduled graphs: a built-in dialect (msched, trtllm), an "
-        "op namespace with set_stream/record_event/wait_event/record_stream, or "
+        help="the stream ops of the scheduled graphs: a built-in dialect "
+        f"({', '.join(BUILT_IN_DIALECTS)}), an op namespace with "
+        "set_stream/record_event/wait_event/record_stream, or "
         "package.module:attribute naming a msched.Dialect (default: ini msched_dialect, then "
         "detected from each graph's ops)",
     )
@@ -128,8 +132,8 @@ def add_options(parser: pytest.Parser) -> None:
     )
     parser.addini(
         "msched_dialect",
-        "the dialect of the scheduled graphs: msched, trtllm, an op namespace or "
-        "package.module:attribute (overridden by --msched-dialect)",
+        f"the dialect of the scheduled graphs: {', '.join(BUILT_IN_DIALECTS)}, an op "
+        "namespace or package.module:attribute (overridden by --msched-dialect)",
         default="",
     )
 

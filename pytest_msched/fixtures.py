@@ -62,7 +62,8 @@ def msched_dialect(pytestconfig: pytest.Config) -> msched.Dialect | None:
     from each graph's ops (`msched.Dialect.detect`).
 
     ``--msched-dialect`` or the ini option ``msched_dialect``: a built-in dialect name
-    (``msched``, ``trtllm``), an op namespace whose ops have msched's four-op shape, or
+    (``msched``, ``trtllm``, ``torch``, ``autodeploy``), an op namespace whose ops have
+    msched's four-op shape, or
     ``package.module:attribute`` naming a Dialect.  Override this fixture in a ``conftest.py``
     to return one.
     """

@@ -12,7 +12,7 @@ first node is enough.
 Not needed: storages of graph inputs (owned by the caller), storages returned by the graph
 (never freed inside it), and storages with no later work on their stream (``output`` joins
 every stream before the caller can allocate again).  ``record_stream`` on every cross-stream
-use, as DESIGN.md first proposed, is safe too but costs an allocator call each and delays
+use, as msched's first design did, is safe too but costs an allocator call each and delays
 memory reuse; this rule keeps only the calls that prevent a real reuse race.
 
 Happens-before comes in as plain maps (each node's stream, sequence number on it and vector

@@ -173,8 +173,10 @@ def verify(
 
     ``original`` is the unscheduled graph (``Schedule.original``); without it, the orderings
     are inferred from ``gm``'s own host order.  ``dialect`` says which ops are the stream ops:
-    a `msched.Dialect`, a name (``"msched"``, the default, or ``"trtllm"``) or an op namespace
-    that defines them (`msched.proof.dialects.as_dialect`).  With ``num_streams`` (an int in
+    None (the default) detects them (`msched.Dialect.detect`: msched's own unless the graph
+    has another dialect's), or a `msched.Dialect`, a built-in name (``"msched"``,
+    ``"trtllm"``, ``"torch"``, ``"autodeploy"``) or an op namespace that defines them
+    (`msched.proof.dialects.as_dialect`).  With ``num_streams`` (an int in
     ``1..msched.MAX_STREAMS``), stream ids outside ``range(num_streams)`` are ``bad-stream``
     violations.  Raises `msched.InvalidGraphError` for graphs that cannot be read (a cycle;
     see also `msched.proof.dialects.interpret`) and `msched.InvalidArgumentError` for bad arguments.

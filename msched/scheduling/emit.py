@@ -1,6 +1,6 @@
 """Emission: rewrite a graph in place in the assigned order, with the stream ops.
 
-Rules (DESIGN.md, Emit):
+Rules (docs/design.md, "Emission"):
 
 - placeholders and ``get_attr`` first, then zero-cost nodes that only touch graph inputs
   (the preamble), all on stream 0;

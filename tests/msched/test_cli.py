@@ -294,6 +294,22 @@ def test_diff_of_the_same_schedule_exits_0_silently(
         assert run(["diff", *argv], capsys) == (0, "", ""), argv
 
 
+def test_every_command_builds_the_default_stack_its_help_states(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    default = cli.DEFAULT_STACK
+    given = ["--layers", str(default.layers), "--captures", ",".join(map(str, default.captures))]
+    given += ["--streams", str(default.streams), "--cost", default.cost]
+    plain = tmp_path / "plain.txt"
+    run(["schedule", "-o", str(plain)], capsys)
+    assert run(["schedule", *given], capsys)[1] == plain.read_text()
+    assert run(["diff", str(plain), "--no-moe"], capsys) == (0, "", "")  # diff's defaults
+    assert run(["diff", "--no-moe", "vs", *given], capsys) == (0, "", "")
+    for command in ("schedule", "diff"):
+        helps = " ".join(run([command, "--help"], capsys)[1].split())
+        assert f"(default {given[3]})" in helps and f"(default {default.layers})" in helps
+
+
 def test_diff_of_two_stacks_takes_the_right_from_the_left(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -96,6 +96,20 @@ def test_scheduler_and_dialect_options(
     assert _fixture_values(result) == (scheduler, dialect)
 
 
+def test_the_dialect_help_names_every_built_in_dialect(pytester: pytest.Pytester) -> None:
+    from msched.proof.dialects import builtin_dialects
+    from pytest_msched._options import BUILT_IN_DIALECTS
+
+    assert BUILT_IN_DIALECTS == tuple(builtin_dialects())
+    help_text = " ".join(pytester.runpytest("--help").stdout.str().split())
+    names = ", ".join(BUILT_IN_DIALECTS)
+    option = "--msched-dialect=NAME the stream ops of the scheduled graphs: a built-in dialect"
+    assert f"{option} ({names})," in help_text
+    assert (
+        f"msched_dialect (string): the dialect of the scheduled graphs: {names}, an op" in help_text
+    )
+
+
 def test_ini_configured_scheduler_runs_in_schedule_graph(pytester: pytest.Pytester) -> None:
     pytester.makeini(
         "[pytest]\nmsched_scheduler = tests.plugin.foreign:schedule_in_place\n"

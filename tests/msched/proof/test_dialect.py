@@ -107,7 +107,11 @@ def test_dialect_of_explicit_ops_equals_the_default() -> None:
     )
     stack_gm = trtllm_schedule(wait_for_a=True)
     assert explicit == Dialect()
-    with pytest.raises(msched.InvalidGraphError):
+    read_as_msched = (
+        "the stream op msched_test_trtllm::record_event of the msched_test_trtllm dialect "
+        "but the graph is read in the msched dialect"
+    )
+    with pytest.raises(msched.InvalidGraphError, match=read_as_msched):
         msched.verify(stack_gm, dialect=explicit)
     with pytest.raises(msched.InvalidArgumentError, match="not an op namespace"):
         Dialect.from_namespace("not a namespace")

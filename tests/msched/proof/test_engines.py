@@ -311,10 +311,55 @@ def test_bad_dialect_arguments_are_refused(call: Callable[[], object], match: st
         call()
 
 
-def test_the_built_in_dialects_are_named() -> None:
-    for name in ("msched", "trtllm", "torch", "autodeploy"):
-        assert Dialect.named(name) == Dialect.named(name)
-        assert msched.verify(trtllm_program("clean"), dialect=None).ok
+def torch_program() -> GraphModule:
+    """PyTorch's encoding alone: a node annotated with stream 1, joined both ways."""
+    b = Builder()
+    x = b.input("x")
+    b.call(torch.ops.streams.wait_stream.default, 1, 0)
+    z = b.op("z", aten.neg.default, x)
+    z.meta["custom"] = {"stream": 1}
+    b.call(torch.ops.streams.wait_stream.default, 0, 1)
+    return b.done(b.op("out", aten.add.Tensor, z, 1))
+
+
+def msched_program() -> GraphModule:
+    """msched's four ops: a side-stream node, joined both ways."""
+    b = Builder()
+    x = b.input("x")
+    for op, arg in ((msched.ops.record_event, 0), (msched.ops.set_stream, 1)):
+        b.call(op, arg)
+    b.call(msched.ops.wait_event, 0)
+    y = b.op("y", aten.mul.Tensor, x, 2)
+    for op, arg in ((msched.ops.record_event, 1), (msched.ops.set_stream, 0)):
+        b.call(op, arg)
+    b.call(msched.ops.wait_event, 1)
+    return b.done(b.op("out", aten.add.Tensor, y, 1))
+
+
+CLEAN_PROGRAMS: dict[str, Callable[[], GraphModule]] = {
+    "msched": msched_program,
+    "trtllm": lambda: trtllm_program("clean"),
+    "torch": torch_program,
+    "autodeploy": lambda: autodeploy_program("clean"),
+}
+
+
+@pytest.mark.parametrize("name", CLEAN_PROGRAMS)
+def test_each_built_in_dialect_reads_its_engine_s_graph_and_no_other(name: str) -> None:
+    built_in = {other: Dialect.named(other) for other in CLEAN_PROGRAMS}
+    gm = CLEAN_PROGRAMS[name]()
+    assert Dialect.detect(gm) == built_in[name]
+    assert msched.verify(gm, dialect=built_in[name]).ok
+    for other, dialect in built_in.items():
+        if other != name:
+            mixed = f"of the {name} dialect but the graph is read in the {other} dialect"
+            with pytest.raises(msched.InvalidGraphError, match=re.escape(mixed)):
+                msched.verify(gm, dialect=dialect)
+
+
+def test_the_built_in_dialects_are_four_different_ones() -> None:
+    built_in = [Dialect.named(name) for name in CLEAN_PROGRAMS]
+    assert all(a != b for i, a in enumerate(built_in) for b in built_in[i + 1 :])
     assert Dialect.named("msched") == Dialect()
     assert Dialect.named("torch", caller_stream=(0, 2)) != Dialect.named("torch")
 
