@@ -11,9 +11,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DOCUMENTS = sorted([REPO / "README.md", REPO / "CONTRIBUTING.md", *(REPO / "docs").glob("*.md")])
-# Files whose citation another change of issue 24 fixes (msched/__init__.py's docstring is
-# being rewritten with the public surface); empty this once that change has landed.
-PENDING = {"msched/__init__.py"}
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 
@@ -36,7 +33,7 @@ def test_nothing_cites_a_design_file_that_is_not_there() -> None:
     assert (REPO / "docs" / "design.md").is_file()
     sources = [*REPO.glob("msched/**/*.py"), *REPO.glob("pytest_msched/**/*.py"), *DOCUMENTS]
     citing = [str(p.relative_to(REPO)) for p in sources if "DESIGN.md" in p.read_text("utf-8")]
-    assert sorted(set(citing) - PENDING) == []
+    assert citing == []
 
 
 def test_relative_links_are_found() -> None:
