@@ -22,7 +22,7 @@ from msched.scheduling import pipeline
 from msched.scheduling.codegen import DirectStreamCalls, direct_stream_calls
 from msched.testing.decoders import decoder_stack
 
-from ..compile.test_runtime import FakeCuda
+from ..test_runtime import FakeCuda
 
 STREAM_OPS = set(msched.ops.STREAM_OPS)
 
