@@ -21,6 +21,7 @@ import torch
 import msched
 from msched.compile.compiler import MschedBackend
 from msched.compile.kernel_order import kernel_names
+from msched.compile.native_streams import NativeStreams, stream_index
 from msched.testing.decoders import TinyDecoder
 
 TOKENS, HIDDEN = 4, 16
@@ -120,6 +121,14 @@ def test_without_the_ties_or_the_reuse_guard_the_final_order_fails(ablation) -> 
 def test_an_unknown_compiler_is_refused_at_construction() -> None:
     with pytest.raises(msched.InvalidArgumentError, match="compiler must be one of"):
         msched.backend(compiler="triton")
+
+
+def test_a_cpu_piece_can_run_its_record_stream_calls() -> None:
+    """``aten::record_stream`` has no CPU kernel: a CPU piece whose schedule keeps a buffer
+    alive for a side stream (``streams.record_stream`` in its code) raised when it ran."""
+    NativeStreams(torch.device("cpu")).install(2, 0)
+    buffer = torch.zeros(2)
+    assert torch.ops.streams.record_stream.default(buffer, stream_index(1)) is None
 
 
 CACHE_SCRIPT = textwrap.dedent(
