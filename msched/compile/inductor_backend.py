@@ -6,8 +6,9 @@ nothing.  Here msched schedules inside Inductor and proves the code Inductor gen
 For each graph Dynamo hands the backend:
 
 1. With ``piecewise=True``, split it at every ``split_ops`` call (`compiler.split_pieces`);
-   each other piece is compiled by Inductor at its first call, with the arguments it gets
-   (split calls run as they are).  Without, the graph is one piece, compiled now.
+   each other piece is compiled by Inductor at its first call with each new signature of
+   its arguments (sizes, strides, dtypes; Inductor compiles static shapes), for the
+   arguments it gets (split calls run as they are).  Without, the graph is one piece, compiled now.
 2. ``compile_fx`` with msched's `MschedPass` as ``post_grad_custom_post_pass``: re-inplace
    (`msched.compile._reinplace`), `msched.schedule`, `native_streams.to_native`, and (unless
    a test turns it off) `native_streams.tie_waits`.  Its ``uuid()`` covers msched's version,
@@ -236,17 +237,32 @@ def compile_graph_with_inductor(
 
 
 class _LazyPiece(torch.nn.Module):
-    """A piece compiled by Inductor at its first call, for the arguments it gets."""
+    """A piece compiled by Inductor at its first call with each new `_signature` of its
+    arguments.  Inductor compiles for the arguments it gets (static shapes), so a piece of a
+    dynamic-shape graph called with another token count needs its own compile (the code of
+    the first one asserts its sizes)."""
 
     def __init__(self, name: str, part: GraphModule, config: Any, sink: list[Any]) -> None:
         super().__init__()
         self.piece_name, self.part, self.config, self.sink = name, part, config, sink
-        self.compiled: Callable[..., Any] | None = None
+        self.compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
     def forward(self, *args: Any) -> Any:
-        if self.compiled is None:
-            self.compiled = compile_piece(self.piece_name, self.part, args, self.config, self.sink)
-        return self.compiled(*args)
+        key = _signature(args)
+        compiled = self.compiled.get(key)
+        if compiled is None:
+            compiled = compile_piece(self.piece_name, self.part, args, self.config, self.sink)
+            self.compiled[key] = compiled
+        return compiled(*args)
+
+
+def _signature(args: Sequence[Any]) -> tuple[Any, ...]:
+    """What Inductor's code for ``args`` depends on: each tensor's size, stride, dtype and
+    device, and every other argument's value."""
+    return tuple(
+        (tuple(a.shape), a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else repr(a)
+        for a in args
+    )
 
 
 __all__ = ["CompiledPiece", "compile_graph_with_inductor", "compile_piece", "make_pass"]

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import msched
+from msched.compile import inductor_backend
 from msched.compile.compiler import MschedBackend
 from msched.compile.kernel_order import kernel_names
 from msched.compile.native_streams import NativeStreams, stream_index
@@ -129,6 +130,29 @@ def test_a_cpu_piece_can_run_its_record_stream_calls() -> None:
     NativeStreams(torch.device("cpu")).install(2, 0)
     buffer = torch.zeros(2)
     assert torch.ops.streams.record_stream.default(buffer, stream_index(1)) is None
+
+
+def test_a_piece_of_a_dynamic_graph_compiles_for_each_new_shape(monkeypatch) -> None:
+    """Inductor compiles a piece for the arguments of its first call (static shapes): the
+    piece of a dynamic-shape graph called with another token count gets its own compile
+    instead of code that asserts the first call's sizes."""
+    compiled_for = []
+
+    def compile_piece(name, part, args, config, sink):
+        shape = args[0].shape
+        compiled_for.append(tuple(shape))
+
+        def run(x):
+            assert x.shape == shape, f"code for {tuple(shape)} called with {tuple(x.shape)}"
+            return x + 1
+
+        return run
+
+    monkeypatch.setattr(inductor_backend, "compile_piece", compile_piece)
+    piece = inductor_backend._LazyPiece("graph0.submod_0", None, None, [])
+    for tokens in (4, 8, 4):
+        assert torch.equal(piece(torch.zeros(tokens, 2)), torch.ones(tokens, 2))
+    assert compiled_for == [(4, 2), (8, 2)]
 
 
 CACHE_SCRIPT = textwrap.dedent(
