@@ -28,6 +28,7 @@ For each graph Dynamo hands the backend:
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.metadata
 import re
@@ -166,7 +167,7 @@ def _compile(
         options["force_disable_caches"] = True
     with internals.recording_final_orders(config.guard_reuse) as orders:
         with internals.recording_loaded_modules() as modules:
-            compiled = internals.compile_fx(gm, list(example_inputs), **options)
+            compiled = internals.compile_fx(_own_copy(gm), list(example_inputs), **options)
     module = modules[-1] if modules else None
     if orders:
         order = orders[-1]
@@ -175,6 +176,13 @@ def _compile(
         return compiled, module, order
     code = _source(module)
     return compiled, module, load_order(code) if code else None
+
+
+def _own_copy(gm: GraphModule) -> GraphModule:
+    """``gm`` with a graph of its own: ``compile_fx`` rewrites a graph that returns no tuple
+    to return a flat one, so compiling the same piece again (a new shape, a cold compile after
+    a cache hit) would return a list where the graph returned a tensor."""
+    return GraphModule(gm, copy.deepcopy(gm.graph))
 
 
 def _events_in(code: str, sched: Schedule | None) -> int:

@@ -155,6 +155,19 @@ def test_a_piece_of_a_dynamic_graph_compiles_for_each_new_shape(monkeypatch) -> 
     assert compiled_for == [(4, 2), (8, 2)]
 
 
+@pytest.mark.slow
+def test_a_piece_compiled_again_returns_what_its_graph_returns() -> None:
+    """``compile_fx`` makes a graph that returns one tensor return a tuple, in place: the
+    second compile of a piece (another shape) returned a list instead of the tensor."""
+    part = torch.fx.symbolic_trace(lambda x: (x * 2).relu())
+    b = msched.backend(num_streams=1, compiler="inductor")
+    piece = inductor_backend._LazyPiece("graph0.submod_0", part, b.config, [])
+    for tokens in (3, 5):
+        x = torch.randn(tokens, 4)
+        got = piece(x)
+        assert isinstance(got, torch.Tensor) and torch.equal(got, (x * 2).relu())
+
+
 CACHE_SCRIPT = textwrap.dedent(
     """
     import sys, torch, msched
