@@ -185,10 +185,16 @@ def _own_copy(gm: GraphModule) -> GraphModule:
     return GraphModule(gm, copy.deepcopy(gm.graph))
 
 
+# The event index of a ``torch.ops.streams`` call: record_event, wait_event, sync_dealloc.
+_STREAM_OP_EVENT = re.compile(
+    r"\bstreams\.(?:record_event|wait_event|sync_dealloc)\.default\((\d+)"
+)
+
+
 def _events_in(code: str, sched: Schedule | None) -> int:
     """How many of msched's events the piece uses (its schedule's, or on a cache hit the
-    highest event index its code names)."""
-    found = [int(i) - EVENT_BASE for i in re.findall(r"\b(2\d{6})\b", code)]
+    highest event index its stream op calls name; a size or stride in the code is none)."""
+    found = [int(i) - EVENT_BASE for i in _STREAM_OP_EVENT.findall(code)]
     return max([sched.num_events if sched else 0, *(i + 1 for i in found if i >= 0)])
 
 

@@ -168,6 +168,17 @@ def test_a_piece_compiled_again_returns_what_its_graph_returns() -> None:
         assert isinstance(got, torch.Tensor) and torch.equal(got, (x * 2).relu())
 
 
+def test_a_cached_piece_installs_the_events_its_stream_ops_name_only() -> None:
+    """A size or stride of seven digits starting with 2 is no event index: counted as one,
+    a piece with a (2, 2100000) input installed 100001 events before every call."""
+    code = (
+        "assert_size_stride(arg0_1, (2, 2100000), (2100000, 1))\n"
+        "torch.ops.streams.record_event.default(2000001, 1000000)\n"
+        "torch.ops.streams.wait_event.default(2000001, 1000001)\n"
+    )
+    assert inductor_backend._events_in(code, None) == 2
+
+
 CACHE_SCRIPT = textwrap.dedent(
     """
     import sys, torch, msched
