@@ -32,6 +32,7 @@ import copy
 import hashlib
 import importlib.metadata
 import re
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +46,7 @@ from msched.compile._inductor_internals import FinalOrder
 from msched.compile._reinplace import reinplace
 from msched.compile.kernel_order import kernel_order_program
 from msched.compile.native_streams import CALLER, EVENT_BASE, NativeStreams, tie_waits, to_native
-from msched.compile.order_records import load_order, save_order
+from msched.compile.order_records import load_order, record_path, save_order
 from msched.errors import PieceVerificationError
 from msched.proof.verifier import Report, verify
 from msched.scheduling.pipeline import Schedule, schedule
@@ -172,10 +173,24 @@ def _compile(
     if orders:
         order = orders[-1]
         if order.code:
-            save_order(order)
+            _keep(order)
         return compiled, module, order
     code = _source(module)
     return compiled, module, load_order(code) if code else None
+
+
+def _keep(order: FinalOrder) -> None:
+    """Keep ``order`` for later cache hits of its code.  A folder msched cannot write only
+    costs those hits a cold compile (this order is verified now), so it warns, not fails."""
+    try:
+        save_order(order)
+    except OSError as error:
+        warnings.warn(
+            f"msched cannot keep Inductor's final order in {record_path(order.code).parent} "
+            f"({error}); a later cache hit of this code is compiled again with the caches off",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 def _own_copy(gm: GraphModule) -> GraphModule:

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import msched
+from msched.compile import _inductor_internals as internals
 from msched.compile import inductor_backend
 from msched.compile.compiler import MschedBackend
 from msched.compile.kernel_order import kernel_names
@@ -177,6 +178,17 @@ def test_a_cached_piece_installs_the_events_its_stream_ops_name_only() -> None:
         "torch.ops.streams.wait_event.default(2000001, 1000001)\n"
     )
     assert inductor_backend._events_in(code, None) == 2
+
+
+def test_an_order_that_cannot_be_kept_warns_and_the_build_goes_on(tmp_path, monkeypatch) -> None:
+    """A cache folder msched cannot write (here ``msched_orders`` is a file) raised an
+    ``OSError`` out of the compile although the order was verified."""
+    (tmp_path / "msched_orders").write_text("not a folder")
+    monkeypatch.setattr(internals, "inductor_cache_dir", lambda: str(tmp_path))
+    order = internals.FinalOrder((), (), (), code="def call(args): ...")
+    kept = "cannot keep Inductor.s final order in .*msched_orders"
+    with pytest.warns(RuntimeWarning, match=kept):
+        inductor_backend._keep(order)
 
 
 CACHE_SCRIPT = textwrap.dedent(
