@@ -68,6 +68,7 @@ INTERFACES: tuple[tuple[str, str], ...] = (
     ("torch._dynamo.graph_bytecode_inputs", "index_to_external_object_weakref"),
     ("torch._inductor.runtime.cache_dir_utils", "cache_dir"),
     ("torch._dynamo.variables.streams", "SymbolicStreamState"),
+    ("torch._library.custom_ops", "OPDEFS"),
 )
 
 # Instance attributes: checked on the source of their class, not by getattr.
@@ -405,6 +406,26 @@ def stream_op_named(name: str) -> Any:
     return getattr(getattr(torch.ops.streams, packet), overload)
 
 
+@functools.cache
+def let_cpu_tensors_record_streams() -> None:
+    """Make Dynamo's ``streams::record_stream`` do nothing for a CPU tensor.
+
+    ``aten::record_stream`` has no CPU kernel, so a compiled CPU piece whose schedule keeps a
+    buffer alive for a side stream raised ``NotImplementedError`` when it ran.  Nothing runs
+    on a CPU stream (the kernels run in program order), so there is nothing to keep alive:
+    the call stays in the code msched verifies and does nothing, like the CPU stand-ins'
+    record and wait.  Once per process; a CPU ``record_stream`` raised before, so no working
+    program changes."""
+    importlib.import_module("torch._dynamo.variables.streams")
+    from torch._library.custom_ops import OPDEFS
+
+    OPDEFS["streams::record_stream"].register_kernel("cpu")(_record_nothing)
+
+
+def _record_nothing(tensor: torch.Tensor, stream_index: int) -> None:
+    return None
+
+
 def inductor_cache_dir() -> str:
     """Inductor's cache folder (``TORCHINDUCTOR_CACHE_DIR``, else its default)."""
     require_interfaces()
@@ -422,6 +443,7 @@ __all__ = [
     "custom_graph_pass_base",
     "external_object_table",
     "inductor_cache_dir",
+    "let_cpu_tensors_record_streams",
     "missing_interfaces",
     "order_after",
     "recording_final_orders",

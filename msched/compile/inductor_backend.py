@@ -6,8 +6,9 @@ nothing.  Here msched schedules inside Inductor and proves the code Inductor gen
 For each graph Dynamo hands the backend:
 
 1. With ``piecewise=True``, split it at every ``split_ops`` call (`compiler.split_pieces`);
-   each other piece is compiled by Inductor at its first call, with the arguments it gets
-   (split calls run as they are).  Without, the graph is one piece, compiled now.
+   each other piece is compiled by Inductor at its first call with each new signature of
+   its arguments (sizes, strides, dtypes; Inductor compiles static shapes), for the
+   arguments it gets (split calls run as they are).  Without, the graph is one piece, compiled now.
 2. ``compile_fx`` with msched's `MschedPass` as ``post_grad_custom_post_pass``: re-inplace
    (`msched.compile._reinplace`), `msched.schedule`, `native_streams.to_native`, and (unless
    a test turns it off) `native_streams.tie_waits`.  Its ``uuid()`` covers msched's version,
@@ -27,9 +28,11 @@ For each graph Dynamo hands the backend:
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.metadata
 import re
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,7 +46,7 @@ from msched.compile._inductor_internals import FinalOrder
 from msched.compile._reinplace import reinplace
 from msched.compile.kernel_order import kernel_order_program
 from msched.compile.native_streams import CALLER, EVENT_BASE, NativeStreams, tie_waits, to_native
-from msched.compile.order_records import load_order, save_order
+from msched.compile.order_records import load_order, record_path, save_order
 from msched.errors import PieceVerificationError
 from msched.proof.verifier import Report, verify
 from msched.scheduling.pipeline import Schedule, schedule
@@ -165,21 +168,48 @@ def _compile(
         options["force_disable_caches"] = True
     with internals.recording_final_orders(config.guard_reuse) as orders:
         with internals.recording_loaded_modules() as modules:
-            compiled = internals.compile_fx(gm, list(example_inputs), **options)
+            compiled = internals.compile_fx(_own_copy(gm), list(example_inputs), **options)
     module = modules[-1] if modules else None
     if orders:
         order = orders[-1]
         if order.code:
-            save_order(order)
+            _keep(order)
         return compiled, module, order
     code = _source(module)
     return compiled, module, load_order(code) if code else None
 
 
+def _keep(order: FinalOrder) -> None:
+    """Keep ``order`` for later cache hits of its code.  A folder msched cannot write only
+    costs those hits a cold compile (this order is verified now), so it warns, not fails."""
+    try:
+        save_order(order)
+    except OSError as error:
+        warnings.warn(
+            f"msched cannot keep Inductor's final order in {record_path(order.code).parent} "
+            f"({error}); a later cache hit of this code is compiled again with the caches off",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+def _own_copy(gm: GraphModule) -> GraphModule:
+    """``gm`` with a graph of its own: ``compile_fx`` rewrites a graph that returns no tuple
+    to return a flat one, so compiling the same piece again (a new shape, a cold compile after
+    a cache hit) would return a list where the graph returned a tensor."""
+    return GraphModule(gm, copy.deepcopy(gm.graph))
+
+
+# The event index of a ``torch.ops.streams`` call: record_event, wait_event, sync_dealloc.
+_STREAM_OP_EVENT = re.compile(
+    r"\bstreams\.(?:record_event|wait_event|sync_dealloc)\.default\((\d+)"
+)
+
+
 def _events_in(code: str, sched: Schedule | None) -> int:
     """How many of msched's events the piece uses (its schedule's, or on a cache hit the
-    highest event index its code names)."""
-    found = [int(i) - EVENT_BASE for i in re.findall(r"\b(2\d{6})\b", code)]
+    highest event index its stream op calls name; a size or stride in the code is none)."""
+    found = [int(i) - EVENT_BASE for i in _STREAM_OP_EVENT.findall(code)]
     return max([sched.num_events if sched else 0, *(i + 1 for i in found if i >= 0)])
 
 
@@ -236,17 +266,32 @@ def compile_graph_with_inductor(
 
 
 class _LazyPiece(torch.nn.Module):
-    """A piece compiled by Inductor at its first call, for the arguments it gets."""
+    """A piece compiled by Inductor at its first call with each new `_signature` of its
+    arguments.  Inductor compiles for the arguments it gets (static shapes), so a piece of a
+    dynamic-shape graph called with another token count needs its own compile (the code of
+    the first one asserts its sizes)."""
 
     def __init__(self, name: str, part: GraphModule, config: Any, sink: list[Any]) -> None:
         super().__init__()
         self.piece_name, self.part, self.config, self.sink = name, part, config, sink
-        self.compiled: Callable[..., Any] | None = None
+        self.compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
     def forward(self, *args: Any) -> Any:
-        if self.compiled is None:
-            self.compiled = compile_piece(self.piece_name, self.part, args, self.config, self.sink)
-        return self.compiled(*args)
+        key = _signature(args)
+        compiled = self.compiled.get(key)
+        if compiled is None:
+            compiled = compile_piece(self.piece_name, self.part, args, self.config, self.sink)
+            self.compiled[key] = compiled
+        return compiled(*args)
+
+
+def _signature(args: Sequence[Any]) -> tuple[Any, ...]:
+    """What Inductor's code for ``args`` depends on: each tensor's size, stride, dtype and
+    device, and every other argument's value."""
+    return tuple(
+        (tuple(a.shape), a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else repr(a)
+        for a in args
+    )
 
 
 __all__ = ["CompiledPiece", "compile_graph_with_inductor", "compile_piece", "make_pass"]

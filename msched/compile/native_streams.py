@@ -15,7 +15,8 @@ issued after that wait is tied to the wait (``preserve_node_ordering``).
 
 `NativeStreams` owns the streams and events the indices stand for and writes them into
 Dynamo's table before every call (CUDA: real streams and events, index `CALLER` the
-caller's current stream; CPU: stand-ins whose record and wait do nothing).
+caller's current stream; CPU: stand-ins whose record and wait do nothing, and a
+``record_stream`` that does nothing, which ``aten`` lacks for CPU tensors).
 """
 
 from __future__ import annotations
@@ -211,6 +212,10 @@ class NativeStreams:
         self._streams: dict[int, torch.Stream] = {}
         self._events: dict[int, torch.Event] = {}
         self._cpu_caller = _CpuStream(device="cpu")
+        if not self.cuda:
+            from msched.compile._inductor_internals import let_cpu_tensors_record_streams
+
+            let_cpu_tensors_record_streams()
 
     def stream(self, stream: int) -> torch.Stream:
         if stream == 0:

@@ -19,8 +19,11 @@ import pytest
 import torch
 
 import msched
+from msched.compile import _inductor_internals as internals
+from msched.compile import inductor_backend
 from msched.compile.compiler import MschedBackend
 from msched.compile.kernel_order import kernel_names
+from msched.compile.native_streams import NativeStreams, stream_index
 from msched.testing.decoders import TinyDecoder
 
 TOKENS, HIDDEN = 4, 16
@@ -129,6 +132,72 @@ def test_without_the_ties_or_the_reuse_guard_the_final_order_fails(ablation) -> 
 def test_an_unknown_compiler_is_refused_at_construction() -> None:
     with pytest.raises(msched.InvalidArgumentError, match="compiler must be one of"):
         msched.backend(compiler="triton")
+
+
+def test_a_cpu_piece_can_run_its_record_stream_calls() -> None:
+    """``aten::record_stream`` has no CPU kernel: a CPU piece whose schedule keeps a buffer
+    alive for a side stream (``streams.record_stream`` in its code) raised when it ran."""
+    NativeStreams(torch.device("cpu")).install(2, 0)
+    buffer = torch.zeros(2)
+    assert torch.ops.streams.record_stream.default(buffer, stream_index(1)) is None
+
+
+def test_a_piece_of_a_dynamic_graph_compiles_for_each_new_shape(monkeypatch) -> None:
+    """Inductor compiles a piece for the arguments of its first call (static shapes): the
+    piece of a dynamic-shape graph called with another token count gets its own compile
+    instead of code that asserts the first call's sizes."""
+    compiled_for = []
+
+    def compile_piece(name, part, args, config, sink):
+        shape = args[0].shape
+        compiled_for.append(tuple(shape))
+
+        def run(x):
+            assert x.shape == shape, f"code for {tuple(shape)} called with {tuple(x.shape)}"
+            return x + 1
+
+        return run
+
+    monkeypatch.setattr(inductor_backend, "compile_piece", compile_piece)
+    piece = inductor_backend._LazyPiece("graph0.submod_0", None, None, [])
+    for tokens in (4, 8, 4):
+        assert torch.equal(piece(torch.zeros(tokens, 2)), torch.ones(tokens, 2))
+    assert compiled_for == [(4, 2), (8, 2)]
+
+
+@pytest.mark.slow
+def test_a_piece_compiled_again_returns_what_its_graph_returns() -> None:
+    """``compile_fx`` makes a graph that returns one tensor return a tuple, in place: the
+    second compile of a piece (another shape) returned a list instead of the tensor."""
+    part = torch.fx.symbolic_trace(lambda x: (x * 2).relu())
+    b = msched.backend(num_streams=1, compiler="inductor")
+    piece = inductor_backend._LazyPiece("graph0.submod_0", part, b.config, [])
+    for tokens in (3, 5):
+        x = torch.randn(tokens, 4)
+        got = piece(x)
+        assert isinstance(got, torch.Tensor) and torch.equal(got, (x * 2).relu())
+
+
+def test_a_cached_piece_installs_the_events_its_stream_ops_name_only() -> None:
+    """A size or stride of seven digits starting with 2 is no event index: counted as one,
+    a piece with a (2, 2100000) input installed 100001 events before every call."""
+    code = (
+        "assert_size_stride(arg0_1, (2, 2100000), (2100000, 1))\n"
+        "torch.ops.streams.record_event.default(2000001, 1000000)\n"
+        "torch.ops.streams.wait_event.default(2000001, 1000001)\n"
+    )
+    assert inductor_backend._events_in(code, None) == 2
+
+
+def test_an_order_that_cannot_be_kept_warns_and_the_build_goes_on(tmp_path, monkeypatch) -> None:
+    """A cache folder msched cannot write (here ``msched_orders`` is a file) raised an
+    ``OSError`` out of the compile although the order was verified."""
+    (tmp_path / "msched_orders").write_text("not a folder")
+    monkeypatch.setattr(internals, "inductor_cache_dir", lambda: str(tmp_path))
+    order = internals.FinalOrder((), (), (), code="def call(args): ...")
+    kept = "cannot keep Inductor.s final order in .*msched_orders"
+    with pytest.warns(RuntimeWarning, match=kept):
+        inductor_backend._keep(order)
 
 
 CACHE_SCRIPT = textwrap.dedent(
