@@ -139,6 +139,14 @@ def compile_piece(
     result = _PassResult()
     compiled, module, order = _compile(gm, example_inputs, config, result)
     if config.verify and order is None:  # a cache hit whose order msched never kept
+        warnings.warn(
+            f"piece {name}: Inductor's cache served code msched kept no final order for "
+            f"(none in {record_path('').parent}, or one that does not fit the code); it is "
+            "compiled again with the caches off, on every build until that cache entry is gone "
+            "(clear Inductor's cache folder to stop this)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         result = _PassResult()
         compiled, module, order = _compile(gm, example_inputs, config, result, cold=True)
     code = _source(module)

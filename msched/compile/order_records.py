@@ -10,7 +10,8 @@ the caches off, so a verified build never runs code msched did not verify.
 
 A record is one JSON file ``<cache dir>/msched_orders/<sha256>.json`` holding the
 `FinalOrder` without its module, and the record format's version; a record of another
-version, or one that does not parse, counts as missing.  Writes go to a temporary file that
+version, one that does not parse, or one that does not fit the code (`matches_code`: other
+stream-op calls, other streams) counts as missing.  Writes go to a temporary file that
 is renamed into place, so a reader never sees half a record.
 """
 
@@ -19,7 +20,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +65,52 @@ def load_order(code: str, directory: Path | None = None) -> FinalOrder | None:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("format") != FORMAT:
             return None
-        return _decoded(data, code)
+        order = _decoded(data, code)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+    return order if matches_code(order, code) else None
+
+
+# A stream context (``with stream1:``, ``with default_stream:``) or a stream-op call
+# (``torch.ops.streams.wait_event.default(2000000, 1000001)``) in Inductor's output code.
+_CODE_STREAM_LINE = re.compile(
+    r"^\s*with (?:stream(\d+)|(default_stream)):\s*$"
+    r"|\btorch\.ops\.(streams\.\w+\.\w+)\(([^()]*)\)",
+    re.MULTILINE,
+)
+
+
+_CODE_KINDS = ("kernel", "extern")  # nodes the code runs inside their stream's context
+
+
+def _constants(arguments: Iterable[str]) -> tuple[int, ...]:
+    """The integer arguments of a stream-op call (tensor arguments are buffer names)."""
+    return tuple(int(a) for a in (a.strip() for a in arguments) if a.isdigit())
+
+
+def matches_code(order: FinalOrder, code: str) -> bool:
+    """Whether ``order`` can be the final order of ``code``: the code calls the same stream
+    ops with the same arguments in the same order, and runs work on the same streams.  A
+    cheap check against a stale or edited record, not a signature (the cache folder holds
+    code that runs, so it is trusted as much as that code)."""
+    calls, streams = [], set()
+    for match in _CODE_STREAM_LINE.finditer(code):
+        if match.group(1):
+            streams.add(int(match.group(1)))
+        elif match.group(3):
+            calls.append((match.group(3), _constants(match.group(4).split(","))))
+    expected = [
+        (_op_name(n.stream_op), _constants(map(str, n.stream_args)))
+        for n in order.nodes
+        if n.stream_op is not None
+    ]
+    by_table = {index: int(name.removeprefix("stream")) for name, index in order.stream_names}
+    used = {
+        by_table.get(n.stream)
+        for n in order.nodes
+        if n.stream is not None and n.kind in _CODE_KINDS
+    }
+    return calls == expected and streams == used
 
 
 def _encoded(order: FinalOrder) -> dict[str, Any]:
@@ -132,4 +178,4 @@ def _decoded_node(data: dict[str, Any]) -> ScheduledNode:
     )
 
 
-__all__ = ["FORMAT", "load_order", "record_path", "save_order"]
+__all__ = ["FORMAT", "load_order", "matches_code", "record_path", "save_order"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -10,15 +11,34 @@ import torch._dynamo.variables.streams  # noqa: F401  (registers torch.ops.strea
 
 from msched.compile import order_records
 from msched.compile._inductor_internals import FinalOrder, ScheduledNode
-from msched.compile.order_records import FORMAT, load_order, record_path, save_order
+from msched.compile.order_records import (
+    FORMAT,
+    load_order,
+    matches_code,
+    record_path,
+    save_order,
+)
 
 WAIT = torch.ops.streams.wait_event.default
 
 
-def _order(code: str = "def call(args): ...\n") -> FinalOrder:
+CODE = """
+def call(args):
+    with stream1:
+        cpp_fused_sin_0(buf0, x)
+    with default_stream:
+        torch.ops.streams.wait_event.default(2000000, 0)
+        torch.ops.streams.record_stream.default(buf0, 1000001)
+    extern_kernels.mm(buf0, x, out=buf2)
+"""
+RECORD_STREAM = torch.ops.streams.record_stream.default
+
+
+def _order(code: str = CODE) -> FinalOrder:
     nodes = (
         ScheduledNode("op0", "kernel", 1, ("buf0",), ("x",), (), ("sin",)),
         ScheduledNode("op1", "stream", None, (), (), (), (), WAIT, (2000000, 0)),
+        ScheduledNode("op3", "stream", None, (), ("buf0",), (), (), RECORD_STREAM, (1000001,)),
         ScheduledNode("op2", "extern", None, ("buf2",), ("buf0",), (("buf2", "x"),), ("mm",)),
     )
     return FinalOrder(
@@ -40,9 +60,35 @@ def test_an_order_comes_back_as_it_was_kept_without_its_module(tmp_path) -> None
 
 
 def test_the_record_is_keyed_by_the_code(tmp_path) -> None:
-    save_order(_order("code a"), tmp_path)
-    assert load_order("code b", tmp_path) is None
-    assert load_order("code a", tmp_path) is not None
+    save_order(_order(CODE), tmp_path)
+    assert load_order(CODE + "# another build\n", tmp_path) is None
+    assert load_order(CODE, tmp_path) is not None
+
+
+def _with_nodes(order: FinalOrder, nodes) -> FinalOrder:
+    return dataclasses.replace(order, nodes=tuple(nodes))
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda nodes: [n for n in nodes if n.stream_op is not WAIT],
+        lambda nodes: [dataclasses.replace(n, stream=None) for n in nodes],
+        lambda nodes: [
+            dataclasses.replace(n, stream_args=(2000001, 0)) if n.stream_op is WAIT else n
+            for n in nodes
+        ],  # fmt: skip
+    ],
+    ids=["a-wait-dropped", "all-on-the-caller", "another-event"],
+)
+def test_a_record_that_does_not_fit_its_code_is_not_used(tmp_path, edit) -> None:
+    """The code's stream-op calls and stream contexts must be the record's."""
+    order = _order()
+    assert matches_code(order, CODE)
+    forged = _with_nodes(order, edit(order.nodes))
+    assert not matches_code(forged, CODE)
+    save_order(forged, tmp_path)
+    assert load_order(CODE, tmp_path) is None
 
 
 @pytest.mark.parametrize(
