@@ -166,6 +166,9 @@ def _registered_caller(caller: torch.Stream) -> Iterator[None]:
 
 def _why_not(fn: Callable[..., Any], error: Exception) -> str:
     name = getattr(fn, "__qualname__", type(fn).__name__)
+    # Dynamo wraps what the capturing backend (AOT autograd, Inductor) raised; its own
+    # message ends with "raised:" and says nothing.
+    error = getattr(error, "inner_exception", None) or error
     first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     text = str(error).lower()
     hint = ""

@@ -356,3 +356,23 @@ def test_after_aot_torch_2_14_also_wraps_the_first_wait_and_both_are_race_free()
     syncs = [s.kind for s in program.steps if s.kind in ("record_event", "wait_event")]
     assert syncs == ["record_event", "wait_event", "record_event", "wait_event"]
     assert msched.verify(gm).ok
+
+
+def test_a_capturing_backend_failure_says_what_it_raised() -> None:
+    """Dynamo's BackendCompilerFailed says only "raised:"; the error names the inner one.
+    (Inductor's AOT autograd cannot functionalize a side stream's copy into an input slice.)"""
+    with msched.cuda_streams_on_cpu():
+        side = torch.cuda.Stream()
+
+        def side_capture(x, cap):
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                cap[: x.shape[0]].copy_(x.relu())
+            return x * 2
+
+        with pytest.raises(
+            msched.InvalidArgumentError, match=r"cannot trace .*side_capture in one graph: Assert"
+        ):
+            msched.trace_streams(
+                side_capture, torch.randn(4, 8), torch.zeros(16, 8), stage="inductor"
+            )
