@@ -14,19 +14,37 @@ the same run, and ``analysis_ms`` is the rest (dag, assignment, emission).  ``re
 shows how much of the ratio the code of the scheduled graph alone takes: it has more nodes than
 the input (the stream ops), and FX generates and Python compiles every one of them.
 
+``--slope`` times ``msched.schedule`` instead on graphs of about ``--nodes`` nodes (1k to 20k):
+decoder stacks (MoE) and random layered DAGs (matmuls, adds, tanh and views, each reading one
+or two of the last few values; drawn here so that any checkout can schedule them), and prints
+the time per node and the log-log slope of time against nodes (1.0: linear).
+``--baseline PATH`` measures the msched of the checkout at ``PATH`` too, each in a child process
+(``PYTHONPATH``), alternating baseline and this checkout for ``--rounds`` rounds, and prints
+both side by side (the medians of the rounds).  ``--cpu`` times with ``time.process_time``
+(this process's CPU time) instead of the wall clock: steadier on a machine shared with others.
+
 Run: ``python benchmarks/bench_schedule.py [--streams 3] [--repeat 5] [--layers 12,61,244]``
+or ``python benchmarks/bench_schedule.py --slope [--baseline ../base] [--rounds 2] [--cpu]``
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
+import math
+import os
+import random
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
-from torch.fx import Graph, GraphModule
+import torch
+from torch.fx import Graph, GraphModule, Node
 
 import msched
 from msched.testing.decoders import decoder_stack
@@ -46,13 +64,16 @@ def eager(gm: GraphModule) -> GraphModule:
     return GraphModule(gm, gm.graph, gm.__class__.__name__)
 
 
+CLOCK = time.perf_counter  # time.process_time with --cpu
+
+
 def timed(fn: Callable[[], object]) -> float:
     gc.collect()
     gc.disable()
     try:
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         fn()
-        return time.perf_counter() - t0
+        return CLOCK() - t0
     finally:
         gc.enable()
 
@@ -118,12 +139,136 @@ def measure(layers: int, streams: int, repeat: int) -> dict[str, float]:
     }
 
 
+def layered_graph(nodes: int, seed: int = 0, width: int = 4) -> GraphModule:
+    """A random layered DAG of about ``nodes`` nodes: layers of 1..``width`` matmuls (by a
+    weight), adds, tanh and views, each reading values of the last two layers; the values
+    nobody reads are the outputs."""
+    rng = random.Random(seed)
+    graph, root = Graph(), torch.nn.Module()
+    aten = torch.ops.aten
+    weights = [graph.get_attr(f"w{i}") for i in range(8)]
+    for i in range(8):
+        root.register_buffer(f"w{i}", torch.zeros(4, 4))
+    earlier: list[Node] = [graph.placeholder("x")]
+    while len(graph.nodes) < nodes:
+        for _ in range(rng.randint(1, width)):
+            src, kind = rng.choice(earlier[-2 * width :]), rng.random()
+            if kind < 0.45:
+                args: tuple[object, ...] = (aten.mm.default, src, rng.choice(weights))
+            elif kind < 0.6:
+                args = (aten.view.default, src, [4, 4])
+            elif kind < 0.8:
+                args = (aten.add.Tensor, src, rng.choice(earlier[-2 * width :]))
+            else:
+                args = (aten.tanh.default, src)
+            earlier.append(graph.call_function(args[0], args[1:]))  # type: ignore[arg-type]
+    graph.output(tuple(n for n in earlier[1:] if not n.users))
+    return GraphModule(root, graph, "LayeredGraph")
+
+
+def decoder_graph(nodes: int) -> GraphModule:
+    """A MoE decoder stack with about ``nodes`` nodes (layers grow it linearly)."""
+    one, two = (len(decoder_stack(n, capture_layers(n), moe=True).gm.graph.nodes) for n in (2, 3))
+    layers = max(2, round(2 + (nodes - one) / (two - one)))
+    return eager(decoder_stack(layers, capture_layers(layers), moe=True).gm)
+
+
+FAMILIES: dict[str, Callable[[int], GraphModule]] = {
+    "decoder": decoder_graph,
+    "layered": layered_graph,
+}
+
+
+def slope_times(sizes: list[int], streams: int, repeat: int) -> dict[str, list[list[float]]]:
+    """``{family: [[nodes, median schedule ms], ...]}`` for graphs of about ``sizes`` nodes."""
+    out: dict[str, list[list[float]]] = {}
+    for family, build in FAMILIES.items():
+        out[family] = []
+        for size in sizes:
+            times = []
+            for _ in range(repeat):
+                gm = build(size)
+                box: list[msched.Schedule] = []
+                times.append(timed(partial(_schedule_into, box, gm, streams)))
+            out[family].append([len(box[0].original.graph.nodes), statistics.median(times) * 1e3])
+    return out
+
+
+def log_log_slope(points: list[list[float]]) -> float:
+    """Least-squares slope of log(time) against log(nodes)."""
+    xs = [math.log(n) for n, _ in points]
+    ys = [math.log(t) for _, t in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    covariance = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    return covariance / sum((x - mx) ** 2 for x in xs)
+
+
+def child_times(path: str, args: argparse.Namespace) -> dict[str, list[list[float]]]:
+    """`slope_times` of the msched at ``path``, measured in a child process."""
+    command = [sys.executable, __file__, "--slope", "--json", "--nodes", args.nodes]
+    command += ["--streams", str(args.streams), "--repeat", str(args.repeat)]
+    command += ["--cpu"] * args.cpu
+    env = {**os.environ, "PYTHONPATH": path}
+    run = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    return json.loads(run.stdout)
+
+
+def slope_rows(label: str, runs: list[dict[str, list[list[float]]]]) -> list[dict[str, object]]:
+    """One row per family and size: the median over ``runs`` of the schedule time."""
+    rows: list[dict[str, object]] = []
+    for family in runs[0]:
+        for i, (nodes, _) in enumerate(runs[0][family]):
+            ms = statistics.median(run[family][i][1] for run in runs)
+            spread = max(run[family][i][1] for run in runs) / min(r[family][i][1] for r in runs)
+            rows.append(
+                {"checkout": label, "family": family, "nodes": int(nodes), "schedule_ms": ms,
+                 "us/node": ms * 1e3 / nodes, "max/min": spread}
+            )  # fmt: skip
+    return rows
+
+
+def slope_main(args: argparse.Namespace) -> None:
+    sizes = [int(n) for n in args.nodes.split(",")]
+    if args.json:
+        print(json.dumps(slope_times(sizes, args.streams, args.repeat)))
+        return
+    checkouts = {"this": str(Path(__file__).resolve().parents[1])}
+    if args.baseline:
+        checkouts = {"baseline": str(Path(args.baseline).resolve()), **checkouts}
+    runs: dict[str, list[dict[str, list[list[float]]]]] = {label: [] for label in checkouts}
+    for _ in range(args.rounds if args.baseline else 1):
+        for label, path in checkouts.items():
+            if args.baseline:
+                runs[label].append(child_times(path, args))
+            else:
+                runs[label].append(slope_times(sizes, args.streams, args.repeat))
+    rows = [row for label in checkouts for row in slope_rows(label, runs[label])]
+    print_table(f"msched.schedule, {args.streams} streams, median of {args.repeat}", rows)
+    for label in checkouts:
+        for family in runs[label][0]:
+            points = [[r["nodes"], r["schedule_ms"]] for r in rows
+                      if r["checkout"] == label and r["family"] == family]  # fmt: skip
+            print(f"log-log slope {label} {family}: {log_log_slope(points):.3f}")  # type: ignore[arg-type]
+
+
 def main() -> None:
+    global CLOCK
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--layers", default="12,61,244")
+    parser.add_argument("--slope", action="store_true", help="time per node, 1k to 20k nodes")
+    parser.add_argument("--nodes", default="1000,2000,5000,10000,20000")
+    parser.add_argument("--baseline", help="another checkout to measure alongside (--slope)")
+    parser.add_argument("--rounds", type=int, default=2, help="alternations with --baseline")
+    parser.add_argument("--cpu", action="store_true", help="time.process_time, not wall time")
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.cpu:
+        CLOCK = time.process_time
+    if args.slope:
+        slope_main(args)
+        return
     rows = [measure(int(n), args.streams, args.repeat) for n in args.layers.split(",")]
     print_table(f"msched.schedule, {args.streams} streams, median of {args.repeat}", rows)
 

@@ -45,6 +45,7 @@ def makespan_lower_bound(
     cost: dict[Node, float],
     num_streams: int,
     reached: float = math.inf,
+    critical: float | None = None,
 ) -> float:
     """The lower bound of the module docstring for ``nodes`` (a topological order) whose
     dependencies are ``preds`` and whose costs are ``cost``, on ``num_streams`` streams.
@@ -52,13 +53,19 @@ def makespan_lower_bound(
     ``reached`` is the makespan of a schedule of these nodes, if one is known: when the
     critical path or total / streams already reaches it, that is the bound (the per-node
     term lies between it and the schedule's makespan) and the per-node term is skipped.
+    ``critical`` is the critical path when the caller has it (the longest bottom level):
+    then the longest paths through each node are computed only for the per-node term.
     """
     total = sum(cost[n] for n in nodes)
-    head, tail = _paths(nodes, preds, cost)
-    critical = max((head[n] + cost[n] + tail[n] for n in nodes), default=0.0)
+    paths = None
+    if critical is None:
+        paths = _paths(nodes, preds, cost)
+        head, tail = paths
+        critical = max((head[n] + cost[n] + tail[n] for n in nodes), default=0.0)
     bound = max(critical, total / num_streams)
     if num_streams == 1 or len(nodes) > EXACT_LIMIT or bound >= reached:
         return bound
+    head, tail = paths or _paths(nodes, preds, cost)
     before, after = _work_around(nodes, preds, cost)
     k = float(num_streams)
     for n in nodes:

@@ -13,9 +13,11 @@ schedule (``msched explain``) reads the rule that fired instead of guessing it a
 from __future__ import annotations
 
 import heapq
+import operator
 from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import compress, repeat
 from typing import NamedTuple
 
 from torch.fx import Node
@@ -87,43 +89,55 @@ class Assignment:
 
 
 class _Lane:
-    """The busy blocks of one stream: maximal intervals, kept merged and sorted."""
+    """The busy blocks of one stream: maximal intervals, kept merged and sorted.
 
-    __slots__ = ("starts", "ends")
+    ``gaps[i]`` is the idle time between block ``i - 1`` and block ``i`` (``gaps[0]`` is
+    unused): `earliest` looks for the first gap that fits with C-level iteration over it, so
+    that a node ready long before a stream's end skips the small gaps left there cheaply.
+    """
+
+    __slots__ = ("starts", "ends", "gaps")
 
     def __init__(self) -> None:
         self.starts: list[float] = []
         self.ends: list[float] = []
+        self.gaps: list[float] = []
 
     def earliest(self, est: float, cost: float) -> float:
-        """Earliest start >= ``est`` of an idle gap at least ``cost`` long."""
+        """Earliest start >= ``est`` of an idle gap at least ``cost`` (> 0) long."""
         starts, ends = self.starts, self.ends
         i = bisect_right(ends, est)
-        t = est
-        while i < len(starts):
-            if starts[i] - t >= cost and starts[i] > t:
-                return t
-            t = max(t, ends[i])
-            i += 1
-        return t
+        n = len(starts)
+        if i == n or starts[i] - est >= cost:
+            return est
+        # The first gap after block i that is at least ``cost`` long starts at the end of
+        # the block before it; none: the stream's end.
+        fits = map(operator.ge, self.gaps[i + 1 :], repeat(cost))
+        return ends[next(compress(range(i, n), fits), n - 1)]
 
     def occupy(self, start: float, end: float) -> None:
         if end <= start:
             return
-        starts, ends = self.starts, self.ends
+        starts, ends, gaps = self.starts, self.ends, self.gaps
         i = bisect_right(starts, start)
         merge_left = i > 0 and ends[i - 1] == start
         merge_right = i < len(starts) and starts[i] == end
         if merge_left and merge_right:
             ends[i - 1] = ends[i]
-            del starts[i], ends[i]
+            del starts[i], ends[i], gaps[i]
         elif merge_left:
             ends[i - 1] = end
+            if i < len(starts):
+                gaps[i] = starts[i] - end
         elif merge_right:
             starts[i] = start
+            gaps[i] = start - ends[i - 1] if i else 0.0
         else:
             starts.insert(i, start)
             ends.insert(i, end)
+            gaps.insert(i, start - ends[i - 1] if i else 0.0)
+            if i + 1 < len(starts):
+                gaps[i + 1] = starts[i + 1] - end
 
 
 def bottom_levels(dag: Dag, cost: dict[Node, float]) -> dict[Node, float]:
@@ -175,7 +189,10 @@ def assign_streams(
     cost = node_costs(dag, cost_model)
     level = bottom_levels(dag, cost)
     best = _forward_pass(dag, num_streams, cost, level)
-    bound = makespan_lower_bound(dag.nodes, dag.preds, cost, num_streams, best.makespan)
+    critical = max(level.values(), default=0.0)
+    bound = makespan_lower_bound(
+        dag.nodes, dag.preds, cost, num_streams, best.makespan, critical=critical
+    )
     first = best.finish
     for name in passes if best.makespan > bound else ():
         priority = top_levels(dag, cost) if name == PASSES[0] else first
@@ -453,10 +470,13 @@ def _place(
     if cost == 0.0:
         return affinity, est, ZERO_COST, producer, est, tied
     ends = lanes[affinity].ends
-    if not ends or ends[-1] <= est or lanes[affinity].earliest(est, cost) == est:
+    here = est if not ends or ends[-1] <= est else lanes[affinity].earliest(est, cost)
+    if here == est:
         return affinity, est, AFFINITY, producer, est, tied
-    best_stream, best_start = affinity, lanes[affinity].earliest(est, cost)
+    best_stream, best_start = affinity, here
     for s, lane in enumerate(lanes):
+        if s == affinity:
+            continue
         t = lane.earliest(est, cost)
         if t < best_start:
             best_stream, best_start = s, t

@@ -3,6 +3,8 @@ never above the optimum CP-SAT proves."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -11,8 +13,9 @@ from torch.fx import Graph, GraphModule
 
 import msched
 import msched.testing.strategies as mst
+from msched.analysis import bounds
 from msched.analysis.bounds import makespan_lower_bound
-from msched.scheduling.assign import node_costs
+from msched.scheduling.assign import bottom_levels, node_costs
 from msched.scheduling.exact import solve
 from msched.testing import families
 
@@ -73,3 +76,31 @@ def test_the_bound_never_exceeds_the_optimum_on_generated_graphs(gm: GraphModule
 def test_the_bound_never_exceeds_the_optimum_on_layered_dags(seed: int, k: int) -> None:
     gm = families.layered_dag(seed, layers=4, width=3)
     assert _bound(gm, k) <= _optimum(gm, k) + 1e-9
+
+
+def test_a_schedule_meeting_the_critical_path_computes_no_longest_paths(monkeypatch) -> None:
+    # Two independent matmul chains on 2 streams: the list schedule's makespan is the critical
+    # path, which assign_streams already has (its bottom levels), so the bound costs no pass.
+    g = Graph()
+    x, w = g.placeholder("x"), g.placeholder("w")
+    a = g.call_function(aten.mm.default, (g.call_function(aten.mm.default, (x, w)), w))
+    b = g.call_function(aten.mm.default, (g.call_function(aten.mm.default, (x, w)), w))
+    g.output((a, b))
+    calls: list[int] = []
+    real = bounds._paths
+    monkeypatch.setattr(bounds, "_paths", lambda *args: calls.append(1) or real(*args))
+    sched = msched.schedule(GraphModule(torch.nn.Module(), g), 2)
+    assert sched.makespan == sched.lower_bound == 20.0
+    assert calls == []
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 4))
+def test_the_bound_given_the_critical_path_is_the_bound(seed: int, k: int) -> None:
+    gm = families.layered_dag(seed, layers=6, width=3)
+    dag = msched.build_dag(gm)
+    cost = node_costs(dag, msched.DefaultCostModel())
+    critical = max(bottom_levels(dag, cost).values())
+    for reached in (math.inf, critical, critical + 5.0):
+        given_path = makespan_lower_bound(dag.nodes, dag.preds, cost, k, reached, critical)
+        assert given_path == makespan_lower_bound(dag.nodes, dag.preds, cost, k, reached)

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.fx import Graph, Node
 
 import msched
@@ -85,6 +87,38 @@ def test_lane_finds_the_earliest_gap_that_fits() -> None:
     assert lane.earliest(21.0, 5.0) == 30.0
     lane.occupy(10.0, 12.0)
     assert (lane.starts, lane.ends) == ([0.0, 25.0], [20.0, 30.0])
+
+
+def _gap_by_scan(starts: list[float], ends: list[float], est: float, cost: float) -> float:
+    """The earliest gap of at least ``cost`` at or after ``est``, block by block."""
+    t = est
+    for s, e in zip(starts, ends, strict=True):
+        if e <= t:
+            continue
+        if s - t >= cost:
+            return t
+        t = max(t, e)
+    return t
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 60), st.sampled_from([0.5, 1.0, 1, 2.0, 3.0, 10.0, 20.0])),
+        max_size=60,
+    )
+)
+def test_lane_gap_search_matches_a_block_by_block_scan(jobs: list[tuple[int, float]]) -> None:
+    # As the list schedule uses a lane: find the earliest gap, then occupy it.  The gaps the
+    # lane keeps for its search must give what scanning its blocks one by one gives.
+    lane = _Lane()
+    for est, cost in jobs:
+        expected = _gap_by_scan(lane.starts, lane.ends, float(est), cost)
+        assert lane.earliest(float(est), cost) == expected
+        lane.occupy(expected, expected + cost)
+        gaps = [s - e for s, e in zip(lane.starts[1:], lane.ends[:-1], strict=True)]
+        assert lane.gaps[1:] == gaps
+        assert all(g > 0 for g in gaps)  # blocks stay merged
 
 
 def test_one_stream_assignment_follows_the_input_order() -> None:
