@@ -30,7 +30,7 @@ def sched() -> msched.Schedule:
 def _old_text(gm: GraphModule) -> str:
     """The canonical text as earlier versions printed it: events by id (``record e7``)."""
     v = view_of(gm)
-    lines = header_lines(v)
+    lines = header_lines(v)[1:]  # format 1: no version line
     for step in v.program.steps:
         if step.kind == "set_stream":
             continue
