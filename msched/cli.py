@@ -30,7 +30,12 @@ from torch.fx import GraphModule, Node
 import msched
 from msched.analysis.cost import CostModel, DefaultCostModel, RooflineCostModel, op_category
 from msched.analysis.nodes import node_named
-from msched.errors import InvalidArgumentError, MschedError, ScheduleVerificationError
+from msched.errors import (
+    InvalidArgumentError,
+    MschedError,
+    ScheduleVerificationError,
+    UsageError,
+)
 from msched.limits import MAX_STREAMS, check_num_streams, positive_int
 from msched.models.decoders import DecoderStack, decoder_stack
 from msched.pictures.diff import ParsedSchedule, parse_schedule, parsed, schedule_diff
@@ -82,10 +87,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-class UsageError(MschedError):
-    """A bad command-line argument found after parsing (exit status 2)."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,9 +2,18 @@
 
 Every class is defined here and exported from `msched`; the modules that raise them import
 them from here.  `SplitOpNotFoundWarning` and `UntestedVersionWarning` are warnings, not errors.
+(The pytest plugin's own `pytest_msched._pytest_internals.UntestedVersionWarning` is a pytest
+warning defined there: the plugin warns with it before it may import torch.)
+
+Errors carry what their message names as data: ``nodes`` (the names of the nodes involved),
+``report`` (the `msched.Report` of a failed verification), ``piece`` (the name of a piece of
+a compiled graph).  This module imports no part of msched, so those attributes are typed
+loosely (``report: Any`` is a `msched.Report`).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class MschedError(Exception):
@@ -12,7 +21,13 @@ class MschedError(Exception):
 
 
 class InvalidGraphError(MschedError):
-    """The input graph cannot be scheduled or verified as given (no output, nodes after it, ...)."""
+    """The input graph cannot be scheduled or verified as given (no output, nodes after it, ...).
+
+    ``nodes``: the names of the nodes the message names (empty where it names none)."""
+
+    def __init__(self, message: str, *, nodes: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.nodes = nodes
 
 
 class UnreadStreamOpsError(InvalidGraphError):
@@ -22,8 +37,7 @@ class UnreadStreamOpsError(InvalidGraphError):
     ``nodes`` the names of their nodes; the message says how to give the dialect."""
 
     def __init__(self, message: str, *, nodes: tuple[str, ...], ops: tuple[str, ...]) -> None:
-        super().__init__(message)
-        self.nodes = nodes
+        super().__init__(message, nodes=nodes)
         self.ops = ops
 
 
@@ -32,12 +46,32 @@ class InvalidArgumentError(MschedError, ValueError):
 
 
 class ScheduleVerificationError(MschedError):
-    """`Report.raise_if_failed()` found violations; the message lists all of them."""
+    """`Report.raise_if_failed()` found violations; the message lists all of them and
+    ``report`` is the `msched.Report` (None where there is none to give)."""
+
+    def __init__(self, message: str, *, report: Any = None) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 class PieceVerificationError(ScheduleVerificationError):
     """`msched.backend` (``verify=True``) found violations in a scheduled piece; the message
-    names the piece."""
+    names the piece.  ``piece`` is its name (``graph0_piece1``), ``report`` the `msched.Report`
+    of its verification (None when there was no program to verify)."""
+
+    def __init__(self, message: str, *, piece: str, report: Any = None) -> None:
+        super().__init__(message, report=report)
+        self.piece = piece
+
+
+class TrainingGraphError(MschedError):
+    """`msched.backend` was handed a graph that needs autograd; it compiles inference graphs
+    only (the message says how to run the model without autograd)."""
+
+
+class NoGraphCompiledError(MschedError):
+    """``torch.compile`` ran a model without handing any graph to `msched.backend` (it ran
+    eagerly); the message names the model's class."""
 
 
 class ReinplaceError(MschedError):
@@ -73,3 +107,8 @@ class UntestedVersionWarning(UserWarning):
 class InductorInterfaceError(MschedError):
     """A private TorchInductor interface msched's Inductor support relies on is missing in
     this torch; the message names each one and the torch version."""
+
+
+class UsageError(MschedError):
+    """A bad ``msched`` command-line argument found after parsing (exit status 2); the message
+    names the option."""

@@ -37,7 +37,8 @@ def check_acyclic(graph: Graph, what: str = "the graph") -> None:
         raise InvalidGraphError(
             f"{what} has a cycle: {path} (each node's value is used by the next), so no "
             "order can run it; change the arguments of one of these nodes so that none "
-            "depends on its own value"
+            "depends on its own value",
+            nodes=tuple(n.name for n in cycle),
         )
 
 

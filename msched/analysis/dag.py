@@ -88,7 +88,10 @@ def check_output(graph: Graph) -> Node:
         raise InvalidGraphError("the graph has no output node; add one with graph.output(...)")
     if len(outputs) > 1:
         names = ", ".join(n.name for n in outputs)
-        raise InvalidGraphError(f"the graph has {len(outputs)} output nodes ({names})")
+        raise InvalidGraphError(
+            f"the graph has {len(outputs)} output nodes ({names})",
+            nodes=tuple(n.name for n in outputs),
+        )
     out = outputs[0]
     after = []
     n = out.next
@@ -98,7 +101,8 @@ def check_output(graph: Graph) -> Node:
     if after:
         raise InvalidGraphError(
             f"nodes after output: {', '.join(after)}; they would never run. "
-            "Move them before output (or delete them)"
+            "Move them before output (or delete them)",
+            nodes=tuple(after),
         )
     return out
 

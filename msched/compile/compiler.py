@@ -65,10 +65,13 @@ from msched.analysis.nodes import INPUT_OPS
 from msched.compile._reinplace import reinplace
 from msched.errors import (
     InvalidArgumentError,
+    InvalidGraphError,
     MschedError,
+    NoGraphCompiledError,
     PieceVerificationError,
     SplitOpNotFoundError,
     SplitOpNotFoundWarning,
+    TrainingGraphError,
 )
 from msched.limits import check_num_streams
 from msched.proof.verifier import Report, verify
@@ -180,7 +183,7 @@ class MschedBackend:
         )
 
     def _refuse_training(self, gm: GraphModule, example_inputs: Sequence[Any]) -> Any:
-        raise MschedError(
+        raise TrainingGraphError(
             "msched.backend compiles inference graphs only, but this graph needs autograd; "
             "run the model under torch.no_grad() or freeze its parameters"
         )
@@ -331,7 +334,8 @@ def _schedule_piece(name: str, gm: GraphModule, config: BackendConfig) -> Piece:
     if config.verify:
         report = verify(gm, original=sched.original, num_streams=config.num_streams)
         if not report.ok:
-            raise PieceVerificationError(f"piece {name} failed verification: {report}")
+            message = f"piece {name} failed verification: {report}"
+            raise PieceVerificationError(message, piece=name, report=report)
     return Piece(name, gm, sched, report)
 
 
@@ -448,9 +452,10 @@ def label_piece_inputs(module: GraphModule, parent: Graph, effects: Effects) -> 
         for placeholder in getattr(module, sub).graph.find_nodes(op="placeholder"):
             value = by_name.get(str(placeholder.target))
             if value is None:
-                raise MschedError(
+                raise InvalidGraphError(
                     f"piece {sub}: input {placeholder.name!r} names no node of the split graph, "
-                    "so msched cannot tell which storage it receives"
+                    "so msched cannot tell which storage it receives",
+                    nodes=(placeholder.name,),
                 )
             placeholder.meta[STORAGE_META] = label[effects.root[value]]
 
@@ -497,7 +502,7 @@ def compile_and_run(
     earlier compilation of the same code can neither be reused nor exhaust dynamo's
     recompile limit (other compiled functions recompile on their next call).  In-place
     inputs (capture buffers) are written by the run.  msched's errors raised while compiling
-    are re-raised unwrapped; a model dynamo runs eagerly raises `MschedError`.
+    are re-raised unwrapped; a model dynamo runs eagerly raises `msched.NoGraphCompiledError`.
     """
     torch.compiler.reset()
     compiled = torch.compile(model, backend=b)
@@ -510,7 +515,7 @@ def compile_and_run(
             raise inner from failed
         raise
     if not b.graphs:
-        raise MschedError(
+        raise NoGraphCompiledError(
             f"torch.compile never handed a graph of {type(model).__name__} to msched.backend "
             "(the model ran eagerly); check torch._dynamo.explain(model)(*inputs)"
         )

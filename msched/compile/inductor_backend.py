@@ -231,11 +231,14 @@ def _source(module: Any) -> str:
 
 def _verified(name: str, program: GraphModule | None) -> Report:
     if program is None:
-        raise PieceVerificationError(f"piece {name}: Inductor generated no code to verify")
+        message = f"piece {name}: Inductor generated no code to verify"
+        raise PieceVerificationError(message, piece=name)
     report = verify(program)
     if not report.ok:
         raise PieceVerificationError(
-            f"piece {name}: Inductor's final kernel order failed verification: {report}"
+            f"piece {name}: Inductor's final kernel order failed verification: {report}",
+            piece=name,
+            report=report,
         )
     return report
 

@@ -1,12 +1,10 @@
 """What changed between two schedules, in schedule terms: ``msched diff`` and snapshot failures.
 
-`parse_schedule` reads a schedule back from its canonical text (`msched.pictures.text`, what
-snapshots store; the text of event ids of earlier versions, ``record e7``, too; a stream-wide
-join or host barrier that earlier versions printed as its op, ``w = streams.wait_stream(0, 1)``,
-reads as a compute node, as it did then) or from its
-JSON (`msched.pictures.json_doc`); `parsed` reads a `msched.Schedule` or a scheduled
-``GraphModule`` through its canonical text.  `schedule_diff` compares two and returns the
-summary lines, empty when they are the same schedule::
+`schedule_diff` compares two schedules read back from their canonical text or JSON
+(`msched.pictures.text.parse_schedule`, of any text version it reads; `parsed` reads a
+`msched.Schedule` or a scheduled ``GraphModule`` through its canonical text; both are
+importable from here too) and returns the summary lines, empty when they are the same
+schedule::
 
     + capture_0 on s1 (waits for add_tensor_2 on s0; joined by output)
     nodes 481 → 482, events 76 → 77, waits 100 → 101, makespan 810 → 810
@@ -42,30 +40,24 @@ record, and the next node both schedules run on that stream after the wait.
 `snapshot_summary` is what a failing snapshot comparison shows first: the counts line of
 `schedule_diff` of the stored and the received text, then its changes cut to a few lines;
 empty when either text cannot be read.  A weight load (``get_attr``) printed on another lane
-is no moved node: it runs no kernel.
+is no moved node: it runs no kernel; nor is a host-only node (``host e = op(...)`` in the
+text, a stream op that does nothing on a stream), and no record is named after one.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any
 
-from torch.fx import Graph, GraphModule, Node
+from torch.fx import Node
 
-from msched.analysis.cost import CostModel
 from msched.analysis.nodes import INPUT_OPS
-from msched.errors import InvalidArgumentError
-from msched.pictures.labels import format_number
-from msched.pictures.naming import ENTRY, event_names
-from msched.pictures.text import render_text
-from msched.proof.clocks import Clocks, clocks_of
-from msched.proof.dialects import Step, StreamProgram
-from msched.scheduling.pipeline import Schedule
+from msched.pictures.naming import ENTRY
+from msched.pictures.readback import ParsedSchedule
+from msched.pictures.text import parse_schedule, parsed
+from msched.proof.dialects import Step
 
 __all__ = [
     "ParsedSchedule",
@@ -77,333 +69,12 @@ __all__ = [
 ]
 
 ARROW = "→"
-_HEADER_COUNTS = re.compile(r"# streams (\d+), events (\d+), waits (\d+)$")
-_HEADER_TIMES = re.compile(r"# makespan (\S+), lower bound (\S+)$")
-_LANE = re.compile(r"s(\d+) *\| (.*)$")
-_COMPUTE = re.compile(r"([A-Za-z_]\w*) = (.*)$")
-_RECORD = re.compile(r"record (?:@(\S+)|e(\d+))$")
-_WAIT = re.compile(r"wait (?:@(\S+)|e(\d+)(?: \(unrecorded\))?)$")
-_SWITCH = re.compile(r"switch, wait ((?:(?:@\S+|e\d+(?: \(unrecorded\))?)(?: |$))+)$")
-_SWITCH_EVENT = re.compile(r"@(\S+)|e(\d+)(?: \(unrecorded\))?")
-_RECORD_STREAM = re.compile(r"record_stream\((.*), s(\d+)\)$")
-_WAIT_STREAM = re.compile(r"wait s(\d+)$")
-_SYNCHRONIZE = re.compile(r"synchronize(?: (?:s(\d+)|@(\S+)|e(\d+)(?: \(unrecorded\))?))?$")
-_IDENT = re.compile(r"(?<![\w.'\"])([A-Za-z_]\w*)(?!\s*=[^=])(?![\w'\"])")
-_MAX_NAMED = 4  # dependents named in a node's line before "and N more"
+# How many names a line lists before it cuts the list short: the readers of a node that are
+# (or are not) ordered after it (``joined by a, b, c, d and 2 more``), and the nodes the counts
+# line names as called with other arguments (``(a, b, c, d, e, f, ...)``).
+_READERS_SHOWN = 4
+_OTHER_ARGUMENTS_SHOWN = 6
 JOINS = ("wait_stream", "synchronize")  # the steps that join a whole stream (or every stream)
-
-
-def _marker(*args: Any) -> None:
-    """The target of the nodes of a parsed program (never called)."""
-
-
-@dataclass(frozen=True)
-class ParsedSchedule:
-    """A schedule read back from its canonical text or JSON.
-
-    ``program`` is its stream program with one FX node per line (`msched.proof.clocks` runs
-    on it); ``name_of`` the node name (compute nodes) or stream-op label of each of its nodes;
-    ``record_name[r]`` the stable name of record ``r`` and ``binding[w]`` the record wait
-    ``w`` binds to (`msched.proof.clocks.Clocks.binding`, also for waits after ``output``: the
-    record they would bind to); ``text`` the right-hand side of each compute node's line
-    (``aten.mm.default(a, b)``) and the tensor of each ``record_stream`` (None when read from
-    JSON, which keeps neither) and ``reads`` the nodes a compute node names as arguments.
-    Header values are kept as printed.
-    """
-
-    num_streams: int
-    num_events: int
-    num_waits: int
-    makespan: str
-    lower_bound: str
-    program: StreamProgram
-    clocks: Clocks
-    name_of: dict[Node, str]
-    record_name: dict[Node, str]
-    binding: dict[Node, Node | None]
-    text: dict[Node, str | None]
-    reads: dict[Node, tuple[Node, ...]]
-
-    @property
-    def steps(self) -> tuple[Step, ...]:
-        return self.program.steps
-
-    def compute(self) -> dict[str, Step]:
-        """Every compute step (graph inputs and ``output`` included) by node name."""
-        return {self.name_of[s.node]: s for s in self.steps if s.kind == "compute"}
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading.
-
-
-class _Builder:
-    """Steps of a parsed program, one FX node each."""
-
-    def __init__(self) -> None:
-        self.graph = Graph()
-        self.steps: list[Step] = []
-        self.name_of: dict[Node, str] = {}
-        self.text: dict[Node, str | None] = {}
-        self.by_name: dict[str, Node] = {}
-        self.output: Node | None = None
-        self.pending_reads: dict[Node, list[str]] = {}
-
-    def compute(self, name: str, stream: int, kind: str, text: str | None, where: str) -> None:
-        if name in self.by_name:
-            raise InvalidArgumentError(f"{where}: node {name!r} appears twice")
-        if kind == "output":
-            if self.output is not None:
-                raise InvalidArgumentError(f"{where}: a second output")
-            node = self.graph.create_node("output", "output", (None,))
-            self.output = node
-        else:
-            op = kind if kind in ("placeholder", "get_attr") else "call_function"
-            node = self.graph.create_node(op, _marker if op == "call_function" else name)
-        node.name = name  # as the text has it (FX would make some names unique otherwise)
-        self.by_name[name] = node
-        self.name_of[node] = name
-        self.text[node] = text
-        if text is not None:
-            self.pending_reads[node] = _argument_names(text)
-        self.steps.append(Step(node, "compute", stream))
-
-    def stream_op(
-        self, kind: str, stream: int, label: str, event: int | None = None, **more: Any
-    ) -> Node:
-        node = self.graph.create_node("call_function", _marker)
-        self.name_of[node] = label
-        self.steps.append(Step(node, kind, stream, event, **more))
-        return node
-
-    def finish(self, where: str) -> tuple[StreamProgram, dict[Node, tuple[Node, ...]]]:
-        if self.output is None:
-            raise InvalidArgumentError(f"{where}: no output line")
-        highest = max((s.stream for s in self.steps), default=0)
-        for step in self.steps:
-            if step.to_stream is not None:
-                highest = max(highest, step.to_stream)
-        stream_of = {s.node: s.stream for s in self.steps}
-        program = StreamProgram(tuple(self.steps), stream_of, highest + 1, self.output)
-        reads = {
-            node: tuple(self.by_name[n] for n in names if n in self.by_name)
-            for node, names in self.pending_reads.items()
-        }
-        return program, reads
-
-
-def _argument_names(rhs: str) -> list[str]:
-    """The identifiers ``rhs`` uses as values (``aten.mm.default(a, b)`` -> ``a``, ``b``;
-    ``x.mul(y)`` -> ``x``, ``y``; keyword names and op names left out)."""
-    if rhs == "input" or rhs.startswith("self."):
-        return []
-    head, paren, args = rhs.partition("(")
-    found = [head.split(".")[0]] if paren and "." in head else []  # x.mul(y) reads x
-    found += _IDENT.findall(args if paren else rhs)
-    return list(dict.fromkeys(found))
-
-
-def _int(text: str, where: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise InvalidArgumentError(f"{where}: expected an integer, got {text!r}") from None
-
-
-def _finish(b: _Builder, head: tuple[int, int, int, str, str], where: str) -> ParsedSchedule:
-    program, reads = b.finish(where)
-    clocks = clocks_of(program)
-    names = event_names(program, clocks)
-    by_record_name = {name: record.node for record, name in names.records.items()}
-    binding: dict[Node, Node | None] = {}
-    for step in program.steps:
-        if step.kind == "wait_event" or (step.kind == "synchronize" and step.event is not None):
-            name = names.waits.get(step)
-            binding[step.node] = by_record_name.get(name) if name is not None else None
-    return ParsedSchedule(
-        *head,
-        program=program,
-        clocks=clocks,
-        name_of=b.name_of,
-        record_name={record.node: name for record, name in names.records.items()},
-        binding=binding,
-        text=b.text,
-        reads=reads,
-    )
-
-
-def _parse_text(text: str, where: str) -> ParsedSchedule:
-    lines = text.splitlines()
-    if len(lines) < 2:
-        raise InvalidArgumentError(f"{where}: not a schedule (no '# streams ...' header)")
-    counts, times = _HEADER_COUNTS.match(lines[0]), _HEADER_TIMES.match(lines[1])
-    if counts is None or times is None:
-        raise InvalidArgumentError(
-            f"{where}: not a schedule: it starts with {lines[0][:60]!r}, not "
-            "'# streams S, events E, waits W' and '# makespan M, lower bound L'"
-        )
-    streams, events, waits = (int(g) for g in counts.groups())
-    head = (streams, events, waits, times.group(1), times.group(2))
-    b = _Builder()
-    record_ids: dict[str, int] = {}  # "@name" of a record line -> its event id in the program
-    for number, line in enumerate(lines[2:], start=3):
-        at = f"{where}, line {number}"
-        if not line.strip():
-            continue
-        lane = _LANE.match(line)
-        if lane is None:
-            raise InvalidArgumentError(f"{at}: expected 'sN | ...', got {line[:60]!r}")
-        stream, body = int(lane.group(1)), lane.group(2).lstrip(" ")
-        _parse_line(b, stream, body, at, record_ids)
-    return _finish(b, head, where)
-
-
-def _parse_line(
-    b: _Builder,
-    stream: int,
-    body: str,
-    at: str,
-    record_ids: dict[str, int],
-) -> None:
-    # Event ids of the parsed program: 2k for ``eK`` of old texts, odd ids for named records.
-    if (m := _COMPUTE.match(body)) is not None:
-        name, rhs = m.groups()
-        kind = (
-            "placeholder"
-            if rhs == "input"
-            else "get_attr"
-            if rhs.startswith("self.") and ("(" not in rhs)
-            else "compute"
-        )
-        b.compute(name, stream, kind, rhs, at)
-    elif body.startswith("output(") and body.endswith(")"):
-        b.compute("output", stream, "output", body, at)
-    elif (m := _RECORD.match(body)) is not None:
-        name, old = m.groups()
-        if name is not None:
-            event = record_ids[name] = 2 * len(record_ids) + 1
-        else:
-            event = 2 * int(old)
-        b.stream_op("record_event", stream, body, event)
-    elif (m := _WAIT.match(body)) is not None:
-        b.stream_op("wait_event", stream, body, _waited(m.groups(), at, record_ids))
-    elif (m := _SWITCH.match(body)) is not None:
-        b.stream_op("set_stream", stream, "switch", to_stream=stream)
-        b.text[b.steps[-1].node] = None
-        for found in _SWITCH_EVENT.finditer(m.group(1)):
-            label = f"wait {found.group(0)}"
-            b.stream_op("wait_event", stream, label, _waited(found.groups(), at, record_ids))
-    elif (m := _RECORD_STREAM.match(body)) is not None:
-        tensor, to = m.groups()
-        b.stream_op("record_stream", stream, body, to_stream=_int(to, at), tensor=None)
-        b.text[b.steps[-1].node] = tensor
-    elif not _parse_join(b, stream, body, at, record_ids):
-        raise InvalidArgumentError(f"{at}: cannot read {body[:60]!r}")
-
-
-def _parse_join(b: _Builder, stream: int, body: str, at: str, record_ids: dict[str, int]) -> bool:
-    """Read a stream-wide join (``wait s1``) or host barrier (``synchronize``,
-    ``synchronize s1``, ``synchronize @add_2``) line; False for any other line."""
-    if (m := _WAIT_STREAM.match(body)) is not None:
-        b.stream_op("wait_stream", stream, body, to_stream=_int(m.group(1), at))
-        return True
-    if (m := _SYNCHRONIZE.match(body)) is None:
-        return False
-    to, name, old = m.groups()
-    event = None if name is None and old is None else _waited((name, old), at, record_ids)
-    b.stream_op("synchronize", stream, body, event, to_stream=None if to is None else _int(to, at))
-    return True
-
-
-def _waited(groups: tuple[str | None, ...], at: str, record_ids: dict[str, int]) -> int:
-    """The event id of a wait (or a host barrier) on ``@name`` (a record line before it) or
-    ``eK`` (old texts, and an event never recorded before)."""
-    name, old = groups
-    if name is None:
-        return 2 * int(str(old))
-    if name not in record_ids:
-        raise InvalidArgumentError(f"{at}: a wait on @{name} before any 'record @{name}'")
-    return record_ids[name]
-
-
-def _parse_json(doc: Any, where: str) -> ParsedSchedule:
-    if not isinstance(doc, dict) or doc.get("format") != "msched-schedule/1":
-        raise InvalidArgumentError(f"{where}: not an msched-schedule/1 JSON document")
-    try:
-        head = (
-            int(doc["streams"]),
-            int(doc["num_events"]),
-            int(doc["num_waits"]),
-            _number_text(doc["makespan"]),
-            _number_text(doc["lower_bound"]),
-        )
-        b = _Builder()
-        previous: dict[str, Any] = {}
-        for k, item in enumerate(doc["nodes"]):
-            if _waits_in_switch(previous, item):  # the text's 'switch, wait ...' line
-                b.stream_op("set_stream", int(item["stream"]), "switch", to_stream=item["stream"])
-                b.text[b.steps[-1].node] = None
-            _json_node(b, item, f"{where}, nodes[{k}]")
-            previous = item
-    except (KeyError, TypeError, ValueError) as error:
-        raise InvalidArgumentError(f"{where}: malformed schedule JSON ({error!r})") from None
-    return _finish(b, head, where)
-
-
-def _waits_in_switch(previous: dict[str, Any], item: dict[str, Any]) -> bool:
-    """Whether ``item`` is the first wait of the switch ``previous`` (one node, two entries)."""
-    return (
-        item["kind"] == "wait_event"
-        and previous.get("kind") == "set_stream"
-        and previous.get("name") == item["name"]
-    )
-
-
-def _json_node(b: _Builder, item: dict[str, Any], at: str) -> None:
-    kind, stream, name = item["kind"], int(item["stream"]), str(item["name"])
-    if kind in ("compute", "host"):  # the text prints a host-only stream op as its node
-        op = item["op"]
-        node_kind = "output" if op == "output" else op if op in ("placeholder", "get_attr") else ""
-        b.compute(name, stream, node_kind or "compute", None, at)
-    elif kind in ("record_event", "wait_event"):
-        b.stream_op(kind, stream, name, 2 * int(item["arg"]))
-    elif kind == "record_stream":
-        to = int(item["arg"])
-        b.stream_op(kind, stream, f"record_stream(?, s{to})", to_stream=to)
-        b.text[b.steps[-1].node] = None
-    elif kind == "wait_stream":
-        b.stream_op(kind, stream, name, to_stream=int(item["arg"]))
-    elif kind == "synchronize":
-        arg = None if item["arg"] is None else int(item["arg"])
-        if "event_name" in item:  # on an event, named as the text names it
-            shown = item["event_name"] or f"e{arg} (unrecorded)"
-            b.stream_op(kind, stream, f"synchronize {shown}", 2 * int(item["arg"]))
-        else:
-            label = "synchronize" if arg is None else f"synchronize s{arg}"
-            b.stream_op(kind, stream, label, to_stream=arg)
-    elif kind != "set_stream":
-        raise ValueError(f"unknown node kind {kind!r}")
-
-
-def _number_text(x: Any) -> str:
-    return format_number(float(x))
-
-
-def parse_schedule(text: str, where: str = "the schedule") -> ParsedSchedule:
-    """A schedule from its canonical text or its JSON (``{`` first); ``where`` names it in
-    errors.  Raises `msched.InvalidArgumentError` naming the line that cannot be read."""
-    if text.lstrip().startswith("{"):
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise InvalidArgumentError(f"{where}: invalid JSON ({error})") from None
-        return _parse_json(doc, where)
-    return _parse_text(text, where)
-
-
-def parsed(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> ParsedSchedule:
-    """A `msched.Schedule` or scheduled ``GraphModule`` read through its canonical text."""
-    return _parse_text(render_text(obj, cost_model), "the schedule")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -586,9 +257,9 @@ class _Side:
 
 
 def _some(names: list[str]) -> str:
-    if len(names) <= _MAX_NAMED:
+    if len(names) <= _READERS_SHOWN:
         return ", ".join(names)
-    return ", ".join(names[:_MAX_NAMED]) + f" and {len(names) - _MAX_NAMED} more"
+    return ", ".join(names[:_READERS_SHOWN]) + f" and {len(names) - _READERS_SHOWN} more"
 
 
 def _unmatched(keys: dict[Node, Any], other: dict[Node, Any]) -> list[Node]:
@@ -797,7 +468,8 @@ class _Diff:
         line = ", ".join(parts)
         other, unread = self.other_arguments()
         if other:
-            shown = ", ".join(other[:_NAMED]) + (", ..." if len(other) > _NAMED else "")
+            shown = ", ".join(other[:_OTHER_ARGUMENTS_SHOWN])
+            shown += ", ..." if len(other) > _OTHER_ARGUMENTS_SHOWN else ""
             many = "s" if len(other) != 1 else ""
             line += f"; {len(other)} node{many} with other arguments ({shown})"
         if unread:
@@ -823,10 +495,6 @@ class _Diff:
         return changed, unread
 
 
-# How many nodes with other arguments the counts line names.
-_NAMED = 6
-
-
 def _common_on(side: _Side, s: int) -> list[str]:
     """The common compute nodes of stream ``s`` in host order, graph inputs left out."""
     return [
@@ -849,8 +517,8 @@ def _lines_of(p: ParsedSchedule, texts: bool) -> list[tuple[object, ...]]:
     out: list[tuple[object, ...]] = []
     for step in p.steps:
         node, s = step.node, step.stream
-        if step.kind == "compute":
-            out.append((s, p.name_of[node], p.text[node] if texts else None))
+        if step.kind in ("compute", "host"):
+            out.append((s, step.kind, p.name_of[node], p.text[node] if texts else None))
         elif step.kind == "record_event":
             out.append((s, "record", p.record_name[node]))
         elif step.kind == "wait_event":
@@ -872,10 +540,20 @@ def same_schedule(a: ParsedSchedule, b: ParsedSchedule) -> bool:
     know them: JSON does not keep them), up to how waits are grouped: ``switch, wait @a @b``
     is the same sync as ``wait @a`` and ``wait @b`` lines after a change of lane (the text of
     earlier versions, or a dialect without a switch that waits)."""
-    texts = all(t is not None for p in (a, b) for t in p.text.values())
-    head_a = (a.num_streams, a.num_events, a.num_waits, a.makespan, a.lower_bound)
-    head_b = (b.num_streams, b.num_events, b.num_waits, b.makespan, b.lower_bound)
-    return head_a == head_b and _lines_of(a, texts) == _lines_of(b, texts)
+    return a.header == b.header and _same_lines(a, b)
+
+
+def _same_lines(a: ParsedSchedule, b: ParsedSchedule) -> bool:
+    """Whether ``a`` and ``b`` have the same lines after the header (see `same_schedule`)."""
+    texts = all(_texts_known(p) for p in (a, b))
+    return _lines_of(a, texts) == _lines_of(b, texts)
+
+
+def _texts_known(p: ParsedSchedule) -> bool:
+    """Whether ``p`` knows the text of every line `_lines_of` compares by text (a JSON
+    schedule knows none)."""
+    kinds = ("compute", "host", "record_stream")
+    return all(p.text[s.node] is not None for s in p.steps if s.kind in kinds)
 
 
 def schedule_diff(a: ParsedSchedule, b: ParsedSchedule) -> list[str]:
@@ -885,7 +563,7 @@ def schedule_diff(a: ParsedSchedule, b: ParsedSchedule) -> list[str]:
         return []
     d = _Diff(a, b)
     lines = d.lines()
-    if not lines and not d.other_arguments()[0]:
+    if not lines and not d.other_arguments()[0] and not _same_lines(a, b):
         lines.append("host order differs: each stream runs the same nodes and sync in order")
     return [*lines, d.counts_line()]
 

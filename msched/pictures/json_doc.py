@@ -1,7 +1,7 @@
 """The schedule as a JSON document (``msched-schedule/1``): nodes in host order and events.
 
 Events carry both their integer id (the graph's) and their stable name (the canonical text's,
-`msched.pictures.naming`).
+`msched.pictures.naming`).  `render_json` writes the document, `read_json` reads it back.
 
 Byte-identical for the same graph across runs, processes and hash seeds.
 """
@@ -14,12 +14,18 @@ from typing import Any
 from torch.fx import GraphModule
 
 from msched.analysis.cost import CostModel
-from msched.pictures.labels import json_number, op_label
+from msched.analysis.nodes import INPUT_OPS
+from msched.errors import InvalidArgumentError
+from msched.pictures.labels import format_number, json_number, op_label
+from msched.pictures.readback import Header, ParsedSchedule, ProgramBuilder
 from msched.pictures.view import EventUse, View, view_of
 from msched.proof.dialects import Step
 from msched.scheduling.pipeline import Schedule
 
-__all__ = ["render_json", "schedule_data"]
+__all__ = ["FORMAT", "read_json", "render_json", "schedule_data"]
+
+#: The ``format`` of the document: its name and version.
+FORMAT = "msched-schedule/1"
 
 
 def schedule_data(
@@ -45,7 +51,7 @@ def schedule_data(
     """
     v = view_of(obj, cost_model)
     return {
-        "format": "msched-schedule/1",
+        "format": FORMAT,
         "streams": v.num_streams,
         "num_events": v.num_events,
         "num_waits": v.num_waits,
@@ -110,3 +116,74 @@ def render_json(obj: Schedule | GraphModule, cost_model: CostModel | None = None
     Byte-identical for the same graph across runs, processes and hash seeds.
     """
     return json.dumps(schedule_data(obj, cost_model), indent=2) + "\n"
+
+
+def read_json(doc: Any, where: str = "the schedule") -> ParsedSchedule:
+    """A schedule from its JSON document (`schedule_data`, parsed); ``where`` names it in
+    errors.  Raises `msched.InvalidArgumentError` for any other document."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise InvalidArgumentError(f"{where}: not an {FORMAT} JSON document")
+    try:
+        head = Header(
+            int(doc["streams"]),
+            int(doc["num_events"]),
+            int(doc["num_waits"]),
+            _number_text(doc["makespan"]),
+            _number_text(doc["lower_bound"]),
+        )
+        b = ProgramBuilder()
+        previous: dict[str, Any] = {}
+        for k, item in enumerate(doc["nodes"]):
+            if _waits_in_switch(previous, item):  # the text's 'switch, wait ...' line
+                b.stream_op("set_stream", int(item["stream"]), "switch", to_stream=item["stream"])
+                b.text[b.steps[-1].node] = None
+            _json_node(b, item, f"{where}, nodes[{k}]")
+            previous = item
+    except (KeyError, TypeError, ValueError) as error:
+        raise InvalidArgumentError(f"{where}: malformed schedule JSON ({error!r})") from None
+    return b.finish(head, where)
+
+
+def _waits_in_switch(previous: dict[str, Any], item: dict[str, Any]) -> bool:
+    """Whether ``item`` is the first wait of the switch ``previous`` (one node, two entries)."""
+    return (
+        item["kind"] == "wait_event"
+        and previous.get("kind") == "set_stream"
+        and previous.get("name") == item["name"]
+    )
+
+
+def _json_node(b: ProgramBuilder, item: dict[str, Any], at: str) -> None:
+    kind, stream, name = item["kind"], int(item["stream"]), str(item["name"])
+    if kind == "compute":
+        op = item["op"]
+        b.compute(name, stream, op if op == "output" or op in INPUT_OPS else "call", None, at)
+    elif kind == "host":
+        b.host(name, stream, None, at)
+    elif kind in ("record_event", "wait_event"):
+        b.stream_op(kind, stream, name, 2 * int(item["arg"]))
+    elif kind == "record_stream":
+        to = int(item["arg"])
+        b.stream_op(kind, stream, f"record_stream(?, s{to})", to_stream=to)
+        b.text[b.steps[-1].node] = None
+    elif kind == "wait_stream":
+        b.stream_op(kind, stream, name, to_stream=int(item["arg"]))
+    elif kind == "synchronize":
+        _json_synchronize(b, item, stream)
+    elif kind != "set_stream":
+        raise ValueError(f"unknown node kind {kind!r}")
+
+
+def _json_synchronize(b: ProgramBuilder, item: dict[str, Any], stream: int) -> None:
+    """A host barrier: on an event (named as the text names it), a stream or the device."""
+    arg = None if item["arg"] is None else int(item["arg"])
+    if "event_name" in item:
+        shown = item["event_name"] or f"e{arg} (unrecorded)"
+        b.stream_op("synchronize", stream, f"synchronize {shown}", 2 * int(item["arg"]))
+    else:
+        label = "synchronize" if arg is None else f"synchronize s{arg}"
+        b.stream_op("synchronize", stream, label, to_stream=arg)
+
+
+def _number_text(x: Any) -> str:
+    return format_number(float(x))

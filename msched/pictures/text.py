@@ -1,5 +1,12 @@
 """The canonical text of a scheduled graph: what snapshots store and reviewers read in CI.
 
+The writer (`render_text`) and the reader (`read_text`, `parse_schedule`) of the format live
+here together.  The text starts with its version line, ``# msched text format 2``
+(`VERSION_LINE`); a text without one is format 1, what msched printed before it had version
+lines, and is read too (its older spellings: events by id, ``record e7`` / ``wait e7``; a
+stream-wide join or host barrier printed as its op, ``w = streams.wait_stream(0, 1)``, reads
+as a compute node, as it did then).  A text of another version is an error naming it.
+
 Deterministic: the same graph gives byte-identical text regardless of ``PYTHONHASHSEED`` or
 process (nothing is ordered by hashing, no object address is printed, numbers go through
 `msched.pictures.labels.format_number`).
@@ -7,27 +14,46 @@ process (nothing is ordered by hashing, no object address is printed, numbers go
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from torch.fx import GraphModule, Node
 
 from msched.analysis.cost import CostModel
+from msched.errors import InvalidArgumentError
+from msched.pictures.json_doc import read_json
 from msched.pictures.labels import ADDRESS, format_number, is_kernel, target_name
 from msched.pictures.naming import EventNames, event_names_of_graph
+from msched.pictures.readback import Header, ParsedSchedule, ProgramBuilder
 from msched.pictures.view import View, view_of
 from msched.proof.dialects import Step
 from msched.scheduling.pipeline import Schedule
 
 __all__ = [
+    "VERSION",
+    "VERSION_LINE",
     "format_arg",
     "header_lines",
     "lane_lines",
     "node_text",
+    "parse_schedule",
+    "parsed",
+    "read_text",
     "render_text",
     "step_text",
     "switch_text",
 ]
+
+#: The version of the canonical text `render_text` writes, and the newest `read_text` reads.
+VERSION = 2
+#: The first line of a text of this version; format 1 texts have no version line.
+VERSION_LINE = f"# msched text format {VERSION}"
+_VERSION_PREFIX = "# msched text format "
+#: What starts the line of a host-only node: ``host e = myeng.event_create.default('a')``.
+_HOST = "host "
 
 
 def format_arg(value: Any) -> str:
@@ -90,7 +116,9 @@ def _kernel_text(node: Node) -> str:
 def step_text(step: Step, names: EventNames | None = None) -> str:
     """One step of a stream program: ``record @add_tensor_2``, ``wait @add_tensor_2``, a
     stream-wide join ``wait s1``, a host barrier ``synchronize`` / ``synchronize s1`` /
-    ``synchronize @add_tensor_2``, ``record_stream(t, s1)``, or the node's `node_text`.
+    ``synchronize @add_tensor_2``, ``record_stream(t, s1)``, a host-only node (a stream op
+    that does nothing on a stream, ``host e = myeng.event_create.default('a')``), or the
+    node's `node_text`.
 
     Records and waits print their stable name (`msched.pictures.naming`) from ``names``, the
     `EventNames` of the step's program (``View.names``).  Without it the names of the step's
@@ -107,6 +135,8 @@ def step_text(step: Step, names: EventNames | None = None) -> str:
     if step.kind == "record_stream":
         tensor = step.tensor.name if step.tensor is not None else "?"
         return f"record_stream({tensor}, s{step.to_stream})"
+    if step.kind == "host":
+        return _HOST + node_text(step.node)
     return node_text(step.node)
 
 
@@ -132,8 +162,10 @@ def switch_text(waits: Iterable[Step], names: EventNames | None = None) -> str:
 
 
 def header_lines(v: View) -> list[str]:
-    """The header of the canonical text: counts, then makespan against the lower bound."""
+    """The header of the canonical text: the version line, counts, then makespan against
+    the lower bound."""
     return [
+        VERSION_LINE,
         f"# streams {v.num_streams}, events {v.num_events}, waits {v.num_waits}",
         f"# makespan {format_number(v.makespan)}, lower bound {format_number(v.lower_bound)}",
     ]
@@ -171,13 +203,15 @@ def lane_lines(v: View, steps: Iterable[Step] | None = None) -> list[str]:
 def render_text(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> str:
     """The canonical text of a scheduled graph, for snapshots reviewed in CI.
 
-    A header (``# streams S, events E, waits W`` and ``# makespan M, lower bound L``), then
+    A header (the version line `VERSION_LINE`, ``# streams S, events E, waits W`` and
+    ``# makespan M, lower bound L``), then
     one line per node in emission (host) order: the stream lane ``sN |``, an indentation of two
     spaces per stream, and the node (``name = op(args)``, ``record @add_tensor_2``,
     ``wait @add_tensor_2``, ``record_stream(t, sN)``; a switch with its waits:
     ``switch, wait @add_tensor_2 @mm_3``; a stream-wide join, the lane's stream waiting for
     all work issued on stream N so far: ``wait sN``; a host barrier: ``synchronize`` (the
-    device), ``synchronize sN``, ``synchronize @add_tensor_2`` (an event)).  Records and
+    device), ``synchronize sN``, ``synchronize @add_tensor_2`` (an event); a host-only node,
+    a stream op its dialect reads no action in: ``host name = op(args)``).  Records and
     waits are named after the
     point they mark, not by event id (`msched.pictures.naming`: ``@node``, ``@entry.sN``,
     ``@node#2``), so adding one event leaves every other line unchanged.  A switch that waits
@@ -187,3 +221,220 @@ def render_text(obj: Schedule | GraphModule, cost_model: CostModel | None = None
     """
     v = view_of(obj, cost_model)
     return "\n".join(header_lines(v) + lane_lines(v)) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading.
+
+
+@dataclass(frozen=True)
+class _Grammar:
+    """The lines of one version of the text that are not the same in every version.
+
+    Format 1 also names events by id (``record e7``, ``wait e7``, ``switch, wait e3 e5``,
+    ``synchronize e7``; a wait on an event never recorded says ``e7`` with or without
+    `` (unrecorded)``) and has no host-only lines; format 2 names every record after the point
+    it marks (`msched.pictures.naming`) and an event by id only when it was never recorded.
+    """
+
+    version: int
+    record: re.Pattern[str]
+    wait: re.Pattern[str]
+    switch: re.Pattern[str]
+    switch_event: re.Pattern[str]
+    synchronize: re.Pattern[str]
+    host: re.Pattern[str] | None
+
+
+_FORMAT_1 = _Grammar(
+    1,
+    record=re.compile(r"record (?:@(\S+)|e(\d+))$"),
+    wait=re.compile(r"wait (?:@(\S+)|e(\d+)(?: \(unrecorded\))?)$"),
+    switch=re.compile(r"switch, wait ((?:(?:@\S+|e\d+(?: \(unrecorded\))?)(?: |$))+)$"),
+    switch_event=re.compile(r"@(\S+)|e(\d+)(?: \(unrecorded\))?"),
+    synchronize=re.compile(r"synchronize(?: (?:s(\d+)|@(\S+)|e(\d+)(?: \(unrecorded\))?))?$"),
+    host=None,
+)
+_FORMAT_2 = _Grammar(
+    2,
+    record=re.compile(r"record @(\S+)()$"),
+    wait=re.compile(r"wait (?:@(\S+)|e(\d+) \(unrecorded\))$"),
+    switch=re.compile(r"switch, wait ((?:(?:@\S+|e\d+ \(unrecorded\))(?: |$))+)$"),
+    switch_event=re.compile(r"@(\S+)|e(\d+) \(unrecorded\)"),
+    synchronize=re.compile(r"synchronize(?: (?:s(\d+)|@(\S+)|e(\d+) \(unrecorded\)))?$"),
+    host=re.compile(rf"{_HOST}([A-Za-z_]\w*) = (.*)$"),
+)
+_GRAMMARS = {g.version: g for g in (_FORMAT_1, _FORMAT_2)}
+assert max(_GRAMMARS) == VERSION
+
+_HEADER_COUNTS = re.compile(r"# streams (\d+), events (\d+), waits (\d+)$")
+_HEADER_TIMES = re.compile(r"# makespan (\S+), lower bound (\S+)$")
+_LANE = re.compile(r"s(\d+) *\| (.*)$")
+_COMPUTE = re.compile(r"([A-Za-z_]\w*) = (.*)$")
+_RECORD_STREAM = re.compile(r"record_stream\((.*), s(\d+)\)$")
+_WAIT_STREAM = re.compile(r"wait s(\d+)$")
+
+
+def read_text(text: str, where: str = "the schedule") -> ParsedSchedule:
+    """A schedule from its canonical text, of any version this module reads (a text without
+    a version line is format 1); ``where`` names it in errors.  Raises
+    `msched.InvalidArgumentError` naming the version or the line that cannot be read."""
+    lines = text.splitlines()
+    grammar, first = _grammar_of(lines, where)
+    head = _header(lines[first : first + 2], where)
+    reader = _TextReader(grammar)
+    for number, line in enumerate(lines[first + 2 :], start=first + 3):
+        if line.strip():
+            reader.line(line, f"{where}, line {number}")
+    return reader.b.finish(head, where)
+
+
+def _grammar_of(lines: list[str], where: str) -> tuple[_Grammar, int]:
+    """The grammar of the text's version and the index of its first line after the version
+    line (format 1: no version line)."""
+    if not lines or not lines[0].startswith(_VERSION_PREFIX):
+        return _FORMAT_1, 0
+    version = lines[0][len(_VERSION_PREFIX) :]
+    grammar = _GRAMMARS.get(int(version)) if version.isdigit() else None
+    if grammar is None:
+        known = ", ".join(str(v) for v in sorted(_GRAMMARS))
+        raise InvalidArgumentError(
+            f"{where}: msched text format {version!r} is not one this msched reads (it reads "
+            f"formats {known}); read it with the msched that wrote it, or write it again "
+            "with this one"
+        )
+    return grammar, 1
+
+
+def _header(lines: list[str], where: str) -> Header:
+    if len(lines) < 2:
+        raise InvalidArgumentError(f"{where}: not a schedule (no '# streams ...' header)")
+    counts, times = _HEADER_COUNTS.match(lines[0]), _HEADER_TIMES.match(lines[1])
+    if counts is None or times is None:
+        raise InvalidArgumentError(
+            f"{where}: not a schedule: it starts with {lines[0][:60]!r}, not "
+            "'# streams S, events E, waits W' and '# makespan M, lower bound L'"
+        )
+    streams, events, waits = (int(g) for g in counts.groups())
+    return Header(streams, events, waits, times.group(1), times.group(2))
+
+
+def _int(text: str, where: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise InvalidArgumentError(f"{where}: expected an integer, got {text!r}") from None
+
+
+class _TextReader:
+    """The lines of one text, read in order into a `ProgramBuilder`.
+
+    Event ids of the parsed program: ``2k`` for an event named by id (``eK``: format 1, and
+    a wait on an event never recorded), odd ids for the named records, in order.
+    """
+
+    def __init__(self, grammar: _Grammar) -> None:
+        self.g = grammar
+        self.b = ProgramBuilder()
+        self.record_ids: dict[str, int] = {}  # "@name" of a record line -> its event id
+
+    def line(self, line: str, at: str) -> None:
+        lane = _LANE.match(line)
+        if lane is None:
+            raise InvalidArgumentError(f"{at}: expected 'sN | ...', got {line[:60]!r}")
+        stream, body = int(lane.group(1)), lane.group(2).lstrip(" ")
+        if not (self._node(stream, body, at) or self._sync(stream, body, at)):
+            if not self._join(stream, body, at):
+                raise InvalidArgumentError(f"{at}: cannot read {body[:60]!r}")
+
+    def _node(self, stream: int, body: str, at: str) -> bool:
+        """A line of a node of the graph: compute, host-only, an input or ``output``."""
+        b = self.b
+        if self.g.host is not None and (m := self.g.host.match(body)) is not None:
+            b.host(m.group(1), stream, m.group(2), at)
+        elif (m := _COMPUTE.match(body)) is not None:
+            name, rhs = m.groups()
+            b.compute(name, stream, _op_of(rhs), rhs, at)
+        elif body.startswith("output(") and body.endswith(")"):
+            b.compute("output", stream, "output", body, at)
+        else:
+            return False
+        return True
+
+    def _sync(self, stream: int, body: str, at: str) -> bool:
+        """A record, a wait, a switch that waits, or a ``record_stream`` line."""
+        b, g = self.b, self.g
+        if (m := g.record.match(body)) is not None:
+            name, old = m.groups()
+            if name is not None:
+                event = self.record_ids[name] = 2 * len(self.record_ids) + 1
+            else:
+                event = 2 * int(old)
+            b.stream_op("record_event", stream, body, event)
+        elif (m := g.wait.match(body)) is not None:
+            b.stream_op("wait_event", stream, body, self._waited(m.groups(), at))
+        elif (m := g.switch.match(body)) is not None:
+            b.stream_op("set_stream", stream, "switch", to_stream=stream)
+            b.text[b.steps[-1].node] = None
+            for found in g.switch_event.finditer(m.group(1)):
+                label = f"wait {found.group(0)}"
+                b.stream_op("wait_event", stream, label, self._waited(found.groups(), at))
+        elif (m := _RECORD_STREAM.match(body)) is not None:
+            tensor, to = m.groups()
+            b.stream_op("record_stream", stream, body, to_stream=_int(to, at), tensor=None)
+            b.text[b.steps[-1].node] = tensor
+        else:
+            return False
+        return True
+
+    def _join(self, stream: int, body: str, at: str) -> bool:
+        """A stream-wide join (``wait s1``) or host barrier (``synchronize``,
+        ``synchronize s1``, ``synchronize @add_2``) line; False for any other line."""
+        if (m := _WAIT_STREAM.match(body)) is not None:
+            self.b.stream_op("wait_stream", stream, body, to_stream=_int(m.group(1), at))
+            return True
+        if (m := self.g.synchronize.match(body)) is None:
+            return False
+        to, name, old = m.groups()
+        event = None if name is None and old is None else self._waited((name, old), at)
+        to_stream = None if to is None else _int(to, at)
+        self.b.stream_op("synchronize", stream, body, event, to_stream=to_stream)
+        return True
+
+    def _waited(self, groups: tuple[str | None, ...], at: str) -> int:
+        """The event id of a wait (or a host barrier) on ``@name`` (a record line before it)
+        or ``eK`` (format 1, and an event never recorded)."""
+        name, old = groups
+        if name is None:
+            return 2 * int(str(old))
+        if name not in self.record_ids:
+            raise InvalidArgumentError(f"{at}: a wait on @{name} before any 'record @{name}'")
+        return self.record_ids[name]
+
+
+def _op_of(rhs: str) -> str:
+    """The FX op of a node line's right-hand side: ``input`` is a graph input, ``self.w``
+    (no call) a weight load, anything else a call."""
+    if rhs == "input":
+        return "placeholder"
+    if rhs.startswith("self.") and "(" not in rhs:
+        return "get_attr"
+    return "call_function"
+
+
+def parse_schedule(text: str, where: str = "the schedule") -> ParsedSchedule:
+    """A schedule from its canonical text (`read_text`) or its JSON (``{`` first,
+    `msched.pictures.json_doc.read_json`); ``where`` names it in errors.  Raises
+    `msched.InvalidArgumentError` naming the line that cannot be read."""
+    if text.lstrip().startswith("{"):
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise InvalidArgumentError(f"{where}: invalid JSON ({error})") from None
+        return read_json(doc, where)
+    return read_text(text, where)
+
+
+def parsed(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> ParsedSchedule:
+    """A `msched.Schedule` or scheduled ``GraphModule`` read through its canonical text."""
+    return read_text(render_text(obj, cost_model), "the schedule")

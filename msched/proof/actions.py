@@ -114,15 +114,20 @@ def int_argument(node: Node, index: int, op: str, name: str | None = None) -> in
     elif len(node.args) + len(node.kwargs) > index:
         value = (tuple(node.args) + tuple(node.kwargs.values()))[index]
     else:
-        raise InvalidGraphError(f"{op} node {node.name!r} has no argument {index}")
+        raise InvalidGraphError(
+            f"{op} node {node.name!r} has no argument {index}", nodes=(node.name,)
+        )
     if is_literal_id(value):
         return value
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidGraphError(
             f"{op} node {node.name!r} takes a literal int, got {value!r}; stream and event "
-            "ids must be constants in the graph"
+            "ids must be constants in the graph",
+            nodes=(node.name,),
         )
-    raise InvalidGraphError(f"{op} node {node.name!r} has a negative id {value}")
+    raise InvalidGraphError(
+        f"{op} node {node.name!r} has a negative id {value}", nodes=(node.name,)
+    )
 
 
 def is_literal_id(value: object) -> TypeGuard[int]:

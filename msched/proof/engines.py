@@ -44,7 +44,9 @@ AUTODEPLOY_AUX = ("autodeploy", "aux")  # the key of AutoDeploy's auxiliary stre
 def _ad_event(node: Node, index: int) -> tuple[str, str]:
     name = node.args[index] if len(node.args) > index else node.kwargs.get("stream_name")
     if not isinstance(name, str):
-        raise InvalidGraphError(f"{node.name!r} takes a stream name as a literal str, got {name!r}")
+        raise InvalidGraphError(
+            f"{node.name!r} takes a stream name as a literal str, got {name!r}", nodes=(node.name,)
+        )
     return ("autodeploy", name)
 
 

@@ -135,7 +135,8 @@ def _subgraph(node: Node) -> Graph:
             return sub.graph
     raise InvalidGraphError(
         f"control_deps node {node.name!r} has no subgraph module to read (argument 1 is "
-        f"{where!r}); read the GraphModule, not a bare Graph"
+        f"{where!r}); read the GraphModule, not a bare Graph",
+        nodes=(node.name,),
     )
 
 
@@ -147,14 +148,17 @@ def _getitem(node: Node) -> Sequence[Action] | None:
         return None
     index = node.args[1] if len(node.args) > 1 else None
     if not isinstance(index, int) or isinstance(index, bool):
-        raise InvalidGraphError(f"{node.name!r} takes a literal index of control_deps")
+        raise InvalidGraphError(
+            f"{node.name!r} takes a literal index of control_deps", nodes=(node.name,)
+        )
     passed = source.args[2:]
     if index == 0:
         return ()
     if index > len(passed) or not isinstance(passed[index - 1], Node):
         raise InvalidGraphError(
             f"{node.name!r} takes item {index} of {source.name!r}, which passes through "
-            f"{len(passed)} value(s)"
+            f"{len(passed)} value(s)",
+            nodes=(node.name, source.name),
         )
     value = passed[index - 1]
     assert isinstance(value, Node)
@@ -171,7 +175,8 @@ def _node_stream(node: Node) -> Hashable | None:
     if not actions.is_literal_id(index):
         raise InvalidGraphError(
             f"node {node.name!r} has meta['custom']['stream'] = {index!r}; PyTorch writes a "
-            "stream table index there"
+            "stream table index there",
+            nodes=(node.name,),
         )
     return (_TORCH, index)
 

@@ -125,7 +125,7 @@ class Report:
     def raise_if_failed(self) -> None:
         """Raise `msched.ScheduleVerificationError` listing every violation, if any."""
         if self.violations:
-            raise ScheduleVerificationError(str(self))
+            raise ScheduleVerificationError(str(self), report=self)
 
     def __str__(self) -> str:
         where = f"{self.num_nodes} nodes on {self.num_streams} stream(s)"

@@ -139,7 +139,8 @@ def _check_unscheduled(graph: Graph) -> None:
         shown = ", ".join(stream_ops[:3]) + (", ..." if len(stream_ops) > 3 else "")
         raise InvalidGraphError(
             f"the graph is already scheduled (stream ops {shown}); schedule the original graph "
-            "(Schedule.original) instead"
+            "(Schedule.original) instead",
+            nodes=tuple(stream_ops),
         )
 
 

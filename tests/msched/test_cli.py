@@ -89,7 +89,8 @@ def test_schedule_writes_each_format(fmt: str, capsys: pytest.CaptureFixture[str
     code, out, err = run(["schedule", *SMALL, "--format", fmt], capsys)
     assert (code, err) == (0, "")
     if fmt == "text":
-        assert out.startswith("# streams 3, ") and out.rstrip().endswith(")")
+        assert out.startswith("# msched text format 2\n# streams 3, ")
+        assert out.rstrip().endswith(")")
     elif fmt in ("json", "trace"):
         data = json.loads(out)
         assert data["streams"] == 3 if fmt == "json" else data["traceEvents"]
@@ -114,7 +115,7 @@ def test_schedule_output_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 def test_schedule_with_roofline_costs(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["schedule", *SMALL, "--cost", "roofline"], capsys)
-    assert code == 0 and out.startswith("# streams 3")
+    assert code == 0 and out.startswith("# msched text format 2\n# streams 3")
 
 
 def test_explain_last_capture_names_the_exit_dependency(

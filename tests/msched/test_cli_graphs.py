@@ -73,7 +73,7 @@ def test_schedule_takes_a_function_returning_a_graph_module(
         ["schedule", "--graph", f"{graphs_module}:traced", "--streams", "2"], capsys
     )
     assert code == 0, err
-    assert out.startswith("# streams 2,")
+    assert out.startswith("# msched text format 2\n# streams 2,")
     lines = _body(out)
     assert any("self.lin(x)" in line for line in lines)
     capture = next(i for i, line in enumerate(lines) if "inplace_slice_copy" in line)

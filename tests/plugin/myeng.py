@@ -5,7 +5,9 @@ It shares nothing with msched's stream encoding:
 - stream ops ``myeng::switch(int stream)`` (later work runs on ``stream``),
   ``myeng::record(str name)`` / ``myeng::wait(str name)`` (events named by strings, recorded
   and waited on the current stream) and a stream-wide ``myeng::join(int stream)`` (the current
-  stream waits for everything issued on ``stream``); `DIALECT` reads them;
+  stream waits for everything issued on ``stream``); `DIALECT` reads them, and a host-only
+  ``myeng::event_create(str name)`` (it makes an event on the host: nothing happens on a
+  stream; `DIALECT` reads no action in it, the pass does not emit it);
 - a capture op ``myeng::stash(Tensor(a!) dest, Tensor src, int start, int end)`` and an
   in-place op ``myeng::scale_(Tensor(a!) x, float factor)``;
 - a model (`model`): per layer ``h = h @ w_i`` (a weight loaded with ``get_attr``), a stash
@@ -43,6 +45,7 @@ _lib.define("switch(int stream) -> ()")
 _lib.define("record(str name) -> ()")
 _lib.define("wait(str name) -> ()")
 _lib.define("join(int stream) -> ()")
+_lib.define("event_create(str name) -> ()")
 _lib.define("stash(Tensor(a!) dest, Tensor src, int start, int end) -> ()")
 _lib.define("scale_(Tensor(a!) x, float factor) -> ()")
 
@@ -64,20 +67,22 @@ for _name, _impl in (
     ("record", _nothing),
     ("wait", _nothing),
     ("join", _nothing),
+    ("event_create", _nothing),
     ("stash", _stash),
     ("scale_", _scale),
 ):
     _lib.impl(_name, _impl, "CompositeExplicitAutograd")
 
 _ops = torch.ops.myeng
-SWITCH, RECORD, WAIT, JOIN = (
+SWITCH, RECORD, WAIT, JOIN, EVENT_CREATE = (
     _ops.switch.default,
     _ops.record.default,
     _ops.wait.default,
     _ops.join.default,
+    _ops.event_create.default,
 )
 STASH, SCALE = _ops.stash.default, _ops.scale_.default
-for _op in (SWITCH, RECORD, WAIT, JOIN):
+for _op in (SWITCH, RECORD, WAIT, JOIN, EVENT_CREATE):
     has_side_effect(_op)
 
 
@@ -95,6 +100,7 @@ DIALECT = msched.Dialect.define(
         "myeng::record": lambda n: (actions.record(_literal(n, str)),),
         "myeng::wait": lambda n: (actions.wait(_literal(n, str)),),
         "myeng::join": lambda n: (actions.wait_stream(None, _literal(n, int)),),
+        "myeng::event_create": lambda n: (),
     },
 )
 

@@ -85,7 +85,7 @@ def test_snapshot_lifecycle(pytester: pytest.Pytester) -> None:
     created.stdout.fnmatch_lines(["*2 snapshots generated*"])
     written = _snapshots(snapshots)
     assert sorted(written) == SNAPSHOT_NAMES
-    assert written[SNAPSHOT_NAMES[1]].startswith("# streams 3, events ")
+    assert written[SNAPSHOT_NAMES[1]].startswith("# msched text format 2\n# streams 3, events ")
     assert "capture_11 = msched.inplace_slice_copy" in written[SNAPSHOT_NAMES[1]]
 
     again = pytester.runpytest("-v")

@@ -247,7 +247,7 @@ def _body(text: str) -> list[str]:
     and msched's ``switch, wait @a @b`` lines written as the plain four ops' ``wait @a``,
     ``wait @b`` (the foreign namespace has no switch that waits)."""
     lines = []
-    for line in text.splitlines()[2:]:
+    for line in text.splitlines()[3:]:
         lane, _, body = line.partition("| ")
         indent = body[: len(body) - len(body.lstrip())]
         if body.lstrip().startswith("switch, wait "):
@@ -265,7 +265,7 @@ def test_foreign_graphs_snapshot_and_draw_as_msched_reads_them(
     extension = ScheduledGraphExtension()
     text = extension.serialize(sched.gm)
     assert text == extension.serialize(sched) == render_text(msched.read_schedule(sched.gm))
-    assert text.startswith("# streams 2, events ")
+    assert text.startswith("# msched text format 2\n# streams 2, events ")
     assert f"capture_1 = {FOREIGN_OP}(" in text
     # Streams, records and waits read the same as msched's own schedule of the same graph.
     own = msched.schedule(decoder_stack(n_layers=2, capture_layers=(0, 1)).gm, 2)

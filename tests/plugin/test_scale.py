@@ -213,7 +213,7 @@ def test_a_scheduled_and_verified_stack_generates_code_only_when_run(
     assert isinstance(check, checks.ScheduleCheck) and check.report is not None
     assert check.report.ok
     assert_exit_waits_on(check.schedule.gm, stack.captures[-1])
-    assert render_text(check.schedule).startswith("# streams 3")
+    assert render_text(check.schedule).startswith("# msched text format 2\n# streams 3")
     assert codegen_calls == []
 
     x, dest = stack.example_inputs()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from torch.fx import GraphModule
 
@@ -30,7 +32,7 @@ def sched() -> msched.Schedule:
 def _old_text(gm: GraphModule) -> str:
     """The canonical text as earlier versions printed it: events by id (``record e7``)."""
     v = view_of(gm)
-    lines = header_lines(v)
+    lines = header_lines(v)[1:]  # format 1: no version line
     for step in v.program.steps:
         if step.kind == "set_stream":
             continue
@@ -253,3 +255,100 @@ def test_a_weight_load_on_another_lane_is_no_moved_node() -> None:
     lines.insert(at + 1, "s1 |   w1 = self.w1")
     summary = snapshot_summary(text, "\n".join(lines) + "\n")
     assert summary and not any("w1" in line for line in summary), summary
+
+
+# --- text versions ---------------------------------------------------------------------------
+
+OLD_TEXTS = Path(__file__).parent / "old_texts"
+EXAMPLE_SNAPSHOTS = (
+    Path(__file__).parents[3] / "examples" / "downstream" / "tests" / "__snapshots__"
+)
+
+
+def test_a_committed_snapshot_of_format_1_reads_as_the_schedule_it_was() -> None:
+    """The snapshot of ``test_moe_decoder[streams2]`` as it was committed before texts had a
+    version line (its lower bound was 140 then): the same schedule as today's snapshot."""
+    old = (OLD_TEXTS / "moe_decoder_streams2.format1.txt").read_text()
+    assert not old.startswith("# msched text format")
+    new = (EXAMPLE_SNAPSHOTS / "test_engine" / "test_moe_decoder[streams2].msched.txt").read_text()
+    assert new.startswith("# msched text format 2\n")
+    a, b = parse_schedule(old, "old.txt"), parse_schedule(new, "new.txt")
+    assert (a.lower_bound, b.lower_bound) == ("140", "141.5")
+    assert [(s.kind, s.stream, a.name_of[s.node]) for s in a.steps] == [
+        (s.kind, s.stream, b.name_of[s.node]) for s in b.steps
+    ]
+    assert schedule_diff(a, b) == [
+        "events 19 → 19, waits 19 → 19, makespan 178 → 178, lower bound 140 → 141.5"
+    ]
+
+
+def test_a_text_of_another_version_is_an_error_naming_it(sched: msched.Schedule) -> None:
+    text = pictures.render_text(sched)
+    assert text.startswith("# msched text format 2\n")
+    for version in ("3", "two"):
+        other = text.replace("format 2", f"format {version}", 1)
+        with pytest.raises(
+            msched.InvalidArgumentError,
+            match=f"t.txt: msched text format '{version}' is not one this msched reads",
+        ):
+            parse_schedule(other, "t.txt")
+
+
+def test_events_by_id_are_format_1_only(sched: msched.Schedule) -> None:
+    old = _old_text(sched.gm)
+    assert "record e" in old
+    assert same_schedule(parse_schedule(old), parsed(sched.gm))
+    with pytest.raises(msched.InvalidArgumentError, match=r"line \d+: cannot read .record e\d+."):
+        parse_schedule("# msched text format 2\n" + old)
+
+
+def test_other_arguments_are_a_difference_in_a_text_with_switches_that_wait(
+    sched: msched.Schedule,
+) -> None:
+    text = pictures.render_text(sched)
+    assert "switch, wait @" in text
+    other = text.replace("aten.mm.default(", "aten.mm.default(9, ", 1)
+    a, b = parse_schedule(text), parse_schedule(other)
+    assert not same_schedule(a, b)
+    assert schedule_diff(a, b)[-1].endswith("; 1 node with other arguments (mm_default)")
+
+
+# --- host-only nodes -------------------------------------------------------------------------
+
+
+def _with_event_creates(early: bool) -> msched.Schedule:
+    """myeng's 3-stream schedule with a host-only ``event_create`` per event: all at the start
+    (``early``), or each right before its record: between ``h`` and its record on stream 0,
+    between a stash and its record on the stash's stream."""
+    from tests.plugin import myeng
+
+    gm = myeng.model()
+    myeng.schedule(gm, 3)
+    graph = gm.graph
+    start = next(n for n in graph.nodes if n.op not in ("placeholder", "get_attr"))
+    for record in [n for n in graph.nodes if n.target is myeng.RECORD]:
+        name = str(record.args[0])
+        with graph.inserting_before(start if early else record):
+            graph.create_node("call_function", myeng.EVENT_CREATE, (name,), name=f"new_{name}")
+    gm.recompile()
+    sched = msched.read_schedule(gm, dialect=myeng.DIALECT)
+    assert msched.verify(gm, dialect=myeng.DIALECT).ok
+    return sched
+
+
+def test_host_only_nodes_are_marked_and_never_moved_nodes_or_anchors() -> None:
+    early, late = _with_event_creates(True), _with_event_creates(False)
+    text = pictures.render_text(late)
+    assert "s0 | host new_src0 = myeng.event_create.default('src0')" in text.splitlines()
+    assert "s1 |   host new_stash0 = myeng.event_create.default('stash0')" in text.splitlines()
+    lines = schedule_diff(parse_schedule(pictures.render_text(early)), parse_schedule(text))
+    assert lines[0] == "host order differs: each stream runs the same nodes and sync in order"
+    assert not any(line.startswith(("+", "-", "~")) or "new_" in line for line in lines), lines
+    # Read back, each record has the name the text printed (``@mm``, never ``@new_src0``).
+    printed = [line.split()[-1] for line in text.splitlines() if " record @" in line]
+    assert printed[:2] == ["@mm", "@stash_default"]
+    for p in (parse_schedule(text), parse_schedule(pictures.render_json(late))):
+        assert [p.record_name[s.node] for s in p.steps if s.kind == "record_event"] == printed
+        hosts = [p.name_of[s.node] for s in p.steps if s.kind == "host"]
+        assert hosts[:2] == ["new_src0", "new_stash0"]
+    assert same_schedule(parse_schedule(text), parse_schedule(pictures.render_json(late)))

@@ -34,6 +34,7 @@ def _program():
 
 
 EXPECTED = """\
+# msched text format 2
 # streams 2, events 2, waits 2
 # makespan 3, lower bound 3
 s0 | x = input

@@ -29,7 +29,7 @@ _lib = define_stream_ops(NAMESPACE)
 
 
 def _body(gm: GraphModule) -> list[str]:
-    return pictures.render_text(gm).splitlines()[2:]
+    return pictures.render_text(gm).splitlines()[3:]  # the lines after the header
 
 
 def _every_kind(dialect: Dialect | None = None) -> GraphModule:

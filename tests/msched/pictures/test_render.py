@@ -38,8 +38,9 @@ def _compute_nodes(s: msched.Schedule) -> list:
 
 def test_text_header_lines_then_one_line_per_node_with_output_last(sched: msched.Schedule) -> None:
     lines = pictures.render_text(sched).splitlines()
-    assert lines[0] == f"# streams 3, events {sched.num_events}, waits {sched.num_waits}"
-    assert lines[1] == (
+    assert lines[0] == "# msched text format 2"
+    assert lines[1] == f"# streams 3, events {sched.num_events}, waits {sched.num_waits}"
+    assert lines[2] == (
         f"# makespan {format_number(sched.makespan)}, "
         f"lower bound {format_number(sched.lower_bound)}"
     )
@@ -61,9 +62,9 @@ def test_text_header_lines_then_one_line_per_node_with_output_last(sched: msched
         or (s.kind != "set_stream" and not (s.kind == "wait_event" and waits_of_switch(i)))
     ]
     assert any(s.kind == "record_event" and s.node.target is msched.ops.set_stream for s in steps)
-    assert len(lines) == 2 + len(steps)
+    assert len(lines) == 3 + len(steps)
     assert lines[-1].startswith("s0 | output(")
-    for line, step in zip(lines[2:], steps, strict=True):
+    for line, step in zip(lines[3:], steps, strict=True):
         assert line.startswith(f"s{step.stream} | " + "  " * step.stream)
 
 
@@ -89,8 +90,8 @@ def test_text_of_a_schedule_equals_the_text_of_its_module(sched: msched.Schedule
 def test_text_of_one_stream_has_no_stream_ops() -> None:
     stack = decoder_stack(2, (1,))
     text = pictures.render_text(msched.schedule(stack.gm, 1))
-    assert text.startswith("# streams 1, events 0, waits 0\n")
-    body = text.splitlines()[2:]
+    assert text.startswith("# msched text format 2\n# streams 1, events 0, waits 0\n")
+    body = text.splitlines()[3:]
     assert all(line.startswith("s0 | ") for line in body)
     assert not any(" record " in line or " wait " in line for line in body)
 
