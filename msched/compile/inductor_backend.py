@@ -5,7 +5,7 @@ nothing.  Here msched schedules inside Inductor and proves the code Inductor gen
 
 For each graph Dynamo hands the backend:
 
-1. With ``piecewise=True``, split it at every ``split_ops`` call (`compiler.split_pieces`);
+1. With ``piecewise=True``, split it at every ``split_ops`` call (`pieces.split_pieces`);
    each other piece is compiled by Inductor at its first call with each new signature of
    its arguments (sizes, strides, dtypes; Inductor compiles static shapes), for the
    arguments it gets (split calls run as they are).  Without, the graph is one piece, compiled now.
@@ -42,11 +42,13 @@ from torch.fx import GraphModule
 
 from msched._torch_internals import OpOverload, schema_of
 from msched.compile import _inductor_internals as internals
+from msched.compile import pieces
 from msched.compile._inductor_internals import FinalOrder
 from msched.compile._reinplace import reinplace
 from msched.compile.kernel_order import kernel_order_program
 from msched.compile.native_streams import CALLER, EVENT_BASE, NativeStreams, tie_waits, to_native
 from msched.compile.order_records import load_order, record_path, save_order
+from msched.compile.pieces import Piece
 from msched.errors import PieceVerificationError
 from msched.proof.verifier import Report, verify
 from msched.scheduling.pipeline import Schedule, schedule
@@ -134,8 +136,6 @@ def compile_piece(
     name: str, gm: GraphModule, example_inputs: Sequence[Any], config: Any, sink: list[Any]
 ) -> Callable[..., Any]:
     """Compile one piece with Inductor (module docstring, steps 2-5); appends its `Piece`."""
-    from msched.compile.compiler import Piece
-
     result = _PassResult()
     compiled, module, order = _compile(gm, example_inputs, config, result)
     if config.verify and order is None:  # a cache hit whose order msched never kept
@@ -265,13 +265,11 @@ def compile_graph_with_inductor(
     """What the backend returns to Dynamo for ``gm`` (module docstring, step 1)."""
     if not config.piecewise:
         return compile_piece(name, gm, example_inputs, config, sink)
-    from msched.compile import compiler
-
-    compiler.check_split_ops_occur(gm.graph, config.split_ops, name)
-    module = compiler.split_pieces(gm, config.split_ops)
-    for sub in compiler._submodule_calls(module):
+    pieces.check_split_ops_occur(gm.graph, config.split_ops, name)
+    module = pieces.split_pieces(gm, config.split_ops)
+    for sub in pieces._submodule_calls(module):
         part = getattr(module, sub)
-        if not any(compiler._is_split_op(n, config.split_ops) for n in part.graph.nodes):
+        if not any(pieces._is_split_op(n, config.split_ops) for n in part.graph.nodes):
             setattr(module, sub, _LazyPiece(f"{name}.{sub}", part, config, sink))
     return module
 

@@ -65,10 +65,6 @@ DEFERRED_CYCLE_EDGES: dict[tuple[str, str], str] = {
     ("proof._dialect", "proof._registry"): (
         "Dialect.named and Dialect.detect reach the registry, which is built from Dialect"
     ),
-    ("compile.compiler", "compile.inductor_backend"): (
-        "the backend loads the Inductor path only for compiler='inductor', and that path "
-        "reuses the backend's Piece and splitting (to untangle: move those below both)"
-    ),
 }
 
 

@@ -20,7 +20,7 @@ from torch.fx import Graph, GraphModule, Node
 
 import msched
 from msched.analysis.effects import _REGISTERED_MUTATIONS, _REGISTERED_SIDE_EFFECTS
-from msched.compile import _reinplace, compiler
+from msched.compile import _reinplace, compiler, pieces
 from msched.compile._reinplace import reinplace
 from msched.compile.compiler import MschedBackend, Piece, compile_and_run
 from msched.proof.executor import execute
@@ -584,7 +584,7 @@ def test_split_ops_by_qualified_name_match_their_overloads() -> None:
         "aten::add.Scalar": (False, False),
     }
     for name, expected in matches.items():
-        found = tuple(compiler._is_split_op(node, (name,)) for node in (moe, add))
+        found = tuple(pieces._is_split_op(node, (name,)) for node in (moe, add))
         assert found == expected, name
 
 
