@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
+FAMILIES = ("decoder", "layered")  # bench_schedule.py --slope's graphs
 
 
 @pytest.mark.parametrize(
@@ -43,6 +44,34 @@ def test_benchmark_prints_its_table(script: str, columns: list[str]) -> None:
     differences = {names.index("analysis_ms")} if "analysis_ms" in names else set()
     for row in rows:
         assert all(float(v) >= 0 for i, v in enumerate(row) if i not in differences), row
+
+
+def test_schedule_benchmark_prints_the_slope_of_this_and_a_baseline_checkout() -> None:
+    """The table and the slopes, with their rows in order; no timing is judged (a slope of
+    tiny graphs on a loaded machine may be anything, even negative)."""
+    root = str(BENCHMARKS.parent)  # the baseline is this checkout too, in child processes
+    command = [sys.executable, str(BENCHMARKS / "bench_schedule.py"), "--slope", "--cpu"]
+    command += ["--nodes", "150,300", "--repeat", "1", "--rounds", "1", "--baseline", root]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[1].split() == ["checkout", "family", "nodes", "schedule_ms", "us/node", "max/min"]
+    rows = [line.split() for line in lines[2:] if not line.startswith("log-log")]
+    assert [r[:2] for r in rows] == [
+        [checkout, family]
+        for checkout in ("baseline", "this")
+        for family in FAMILIES
+        for _ in range(2)
+    ]
+    assert all(int(r[2]) >= 150 and len(r) == 6 for r in rows), rows
+    for row in rows:
+        [float(v) for v in row[3:]]  # numbers, whatever their values
+    slopes = [line.split() for line in lines if line.startswith("log-log slope")]
+    assert [s[2:4] for s in slopes] == [
+        [checkout, f"{family}:"] for checkout in ("baseline", "this") for family in FAMILIES
+    ]
+    for slope in slopes:
+        float(slope[4])
 
 
 def test_quality_benchmark_prints_its_table() -> None:
