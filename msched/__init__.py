@@ -11,7 +11,14 @@ from msched._torch_internals import warn_if_untested
 from msched.analysis.cost import CostModel, DefaultCostModel, RooflineCostModel
 from msched.analysis.dag import Dag, build_dag
 from msched.analysis.effects import register_mutation, register_pure, register_side_effect
-from msched.compile.compiler import CompiledGraph, MschedBackend, Piece, backend, trace
+from msched.compile.compiler import (
+    CompiledGraph,
+    MschedBackend,
+    Piece,
+    backend,
+    compile_pieces,
+    trace,
+)
 from msched.compile.tracing import cuda_streams_on_cpu, trace_streams
 from msched.errors import (
     InductorInterfaceError,
@@ -82,6 +89,7 @@ __all__ = [
     "__version__",
     "backend",
     "build_dag",
+    "compile_pieces",
     "cuda_streams_on_cpu",
     "execute",
     "ops",

@@ -45,7 +45,7 @@ from msched.pictures.json_doc import render_json
 from msched.pictures.labels import format_number
 from msched.pictures.svg import render_svg
 from msched.pictures.text import render_text, step_text
-from msched.pictures.trace import render_trace
+from msched.pictures.trace import render_perfetto
 from msched.pictures.view import View, host_index, joining_wait, view_of
 from msched.proof.dialects import Step
 from msched.proof.verifier import Report
@@ -56,7 +56,7 @@ _RENDERERS = {
     "text": render_text,
     "json": render_json,
     "dot": render_dot,
-    "trace": render_trace,
+    "trace": render_perfetto,
     "svg": render_svg,
 }
 _PROGRESS_NODES = 2000  # below this a run takes well under a second: no progress needed

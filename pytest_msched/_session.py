@@ -433,12 +433,12 @@ def _renderings(check: checks.ScheduleCheck) -> dict[str, str]:
     """The dump files of one graph by suffix, or the reason it could not be drawn."""
     from msched.pictures.dot import render_dot
     from msched.pictures.svg import render_svg
-    from msched.pictures.trace import render_trace
+    from msched.pictures.trace import render_perfetto
 
     sched = check.schedule
     try:
         svg = render_svg(sched, highlight=[v.nodes for v in _violations(check)])
-        return {".dot": render_dot(sched), ".trace.json": render_trace(sched), ".svg": svg}
+        return {".dot": render_dot(sched), ".trace.json": render_perfetto(sched), ".svg": svg}
     except Exception as error:  # a dump must never turn a failing test into an error
         return {".error.txt": f"could not render the scheduled graph: {error!r}\n"}
 

@@ -301,14 +301,22 @@ def _schedule_piece(name: str, gm: GraphModule, config: BackendConfig) -> Piece:
     return Piece(name, gm, sched, report)
 
 
-def trace(model: torch.nn.Module, *inputs: Any, **backend_kwargs: Any) -> tuple[GraphModule, ...]:
+def compile_pieces(
+    model: torch.nn.Module, *inputs: Any, **backend_kwargs: Any
+) -> tuple[GraphModule, ...]:
     """Compile ``model`` with ``backend(**backend_kwargs)``, run it once on ``inputs``, and
     return the scheduled pieces (GraphModules) in the order the backend saw them.
 
     See `compile_and_run` for what the run does to dynamo's caches and to ``inputs``.
+    ``msched.trace`` is its old name, kept.
     """
     b, _ = compile_and_run(model, inputs, backend(**backend_kwargs))
     return tuple(p.gm for p in b.pieces)
+
+
+#: The old name of `compile_pieces` ("trace" also named `trace_streams`, the Perfetto
+#: picture and the traced decoder).
+trace = compile_pieces
 
 
 def compile_and_run(

@@ -26,6 +26,13 @@ from msched.pictures.dot import render_dot
 from msched.pictures.json_doc import render_json
 from msched.pictures.svg import render_svg
 from msched.pictures.text import render_text
-from msched.pictures.trace import render_trace
+from msched.pictures.trace import render_perfetto, render_trace
 
-__all__ = ["render_dot", "render_json", "render_svg", "render_text", "render_trace"]
+__all__ = [
+    "render_dot",
+    "render_json",
+    "render_perfetto",
+    "render_svg",
+    "render_text",
+    "render_trace",
+]

@@ -14,7 +14,7 @@ from msched.pictures.view import View, view_of
 from msched.proof.dialects import Step
 from msched.scheduling.pipeline import Schedule
 
-__all__ = ["render_trace", "trace_data"]
+__all__ = ["render_perfetto", "render_trace", "trace_data"]
 
 _TRACE_PID = 1
 
@@ -110,7 +110,7 @@ def _trace_body(v: View) -> list[dict[str, Any]]:
 
 
 def trace_data(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> dict[str, Any]:
-    """The Chrome trace-event document `render_trace` writes (see there)."""
+    """The Chrome trace-event document `render_perfetto` writes (see there)."""
     v = view_of(obj, cost_model)
     # A stable sort by time keeps each flow event right after the marker it binds to.
     body = sorted(_trace_body(v), key=lambda e: e["ts"])
@@ -129,7 +129,7 @@ def trace_data(obj: Schedule | GraphModule, cost_model: CostModel | None = None)
     }
 
 
-def render_trace(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> str:
+def render_perfetto(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> str:
     """Chrome / Perfetto trace-event JSON of the timeline (open it at ui.perfetto.dev).
 
     One track (``tid``) per stream, named by ``thread_name`` metadata and sorted by stream.
@@ -140,3 +140,7 @@ def render_trace(obj: Schedule | GraphModule, cost_model: CostModel | None = Non
     wait, one flow id per pair), drawn as an arrow between streams.  Deterministic bytes.
     """
     return json.dumps(trace_data(obj, cost_model), indent=1) + "\n"
+
+
+#: The old name of `render_perfetto`, kept.
+render_trace = render_perfetto

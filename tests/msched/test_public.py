@@ -66,3 +66,12 @@ def test_the_decoder_stack_type_is_exported() -> None:
     import msched.decoder
 
     assert typing.get_type_hints(msched.decoder.decoder_stack)["return"] is msched.DecoderStack
+
+
+def test_the_old_trace_names_are_the_new_functions() -> None:
+    """``msched.trace`` and ``render_trace`` keep working under their clearer names."""
+    from msched import pictures
+
+    assert msched.trace is msched.compile_pieces
+    assert pictures.render_trace is pictures.render_perfetto
+    assert "compile_pieces" in msched.__all__ and "render_perfetto" in pictures.__all__
