@@ -37,7 +37,7 @@ from msched.errors import (
     UsageError,
 )
 from msched.limits import MAX_STREAMS, check_num_streams, positive_int
-from msched.models.decoders import DecoderStack, decoder_stack
+from msched.models.decoders import DecoderStack, capture_layer_problems, decoder_stack
 from msched.pictures.diff import ParsedSchedule, parse_schedule, parsed, schedule_diff
 from msched.pictures.dot import render_dot
 from msched.pictures.explain import explain_lines
@@ -283,15 +283,15 @@ def _given_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def stack_options(given: dict[str, Any], base: StackOptions = DEFAULT_STACK) -> StackOptions:
     """``base`` with the options ``given``; a capture layer beyond the stack or given twice is
-    a `UsageError` (the one check of captures against layers)."""
+    a `UsageError` (`capture_layer_problems` is the check)."""
     stack = replace(base, **given)
-    beyond = [c for c in stack.captures if c >= stack.layers]
+    beyond, repeated = capture_layer_problems(stack.layers, stack.captures)
     if beyond:
         raise UsageError(
             f"capture layer {', '.join(map(str, beyond))} is beyond the stack: "
             f"layers are 0..{stack.layers - 1}"
         )
-    if len(set(stack.captures)) != len(stack.captures):
+    if repeated:
         raise UsageError(f"capture layers repeat: {_layer_text(stack.captures)}")
     return stack
 

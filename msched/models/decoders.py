@@ -252,13 +252,21 @@ def _check_stack_args(
     positive_int(n_layers, "n_layers")
     positive_int(hidden, "hidden")
     positive_int(tokens, "tokens")
-    bad = [c for c in capture_layers if not isinstance(c, int) or not 0 <= c < n_layers]
-    if bad:
+    outside, repeated = capture_layer_problems(n_layers, capture_layers)
+    if outside:
         raise InvalidArgumentError(
-            f"capture layers {bad} are outside the stack: layers are 0..{n_layers - 1}"
+            f"capture layers {outside} are outside the stack: layers are 0..{n_layers - 1}"
         )
-    if len(set(capture_layers)) != len(capture_layers):
+    if repeated:
         raise InvalidArgumentError(f"capture layers {list(capture_layers)} repeat a layer")
+
+
+def capture_layer_problems(n_layers: int, capture_layers: Sequence[int]) -> tuple[list[Any], bool]:
+    """The one check of capture layers against a stack of ``n_layers``: the layers that are
+    not in it (not ints, or outside ``0..n_layers-1``) and whether a layer repeats.  Callers
+    word the error (`decoder_stack`, the CLI)."""
+    outside = [c for c in capture_layers if not isinstance(c, int) or not 0 <= c < n_layers]
+    return outside, len(set(capture_layers)) != len(capture_layers)
 
 
 def decoder_stack(
