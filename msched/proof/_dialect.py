@@ -79,13 +79,15 @@ def _int_list(node: Node, index: int, name: str) -> list[int]:
     if not isinstance(value, (list, tuple)):
         raise InvalidGraphError(
             f"set_stream node {node.name!r} takes a list of event ids as {name}, got "
-            f"{value!r}; event ids must be constants in the graph"
+            f"{value!r}; event ids must be constants in the graph",
+            nodes=(node.name,),
         )
     for event in value:
         if not actions.is_literal_id(event):
             raise InvalidGraphError(
                 f"set_stream node {node.name!r} {'records' if index == 2 else 'waits for'} "
-                f"{event!r}, which is no event id (a literal non-negative int)"
+                f"{event!r}, which is no event id (a literal non-negative int)",
+                nodes=(node.name,),
             )
     return list(value)
 

@@ -128,7 +128,8 @@ class _Classifier:
             f"node {node.name!r} is the stream op {shown} of the {foreign[0]} dialect but the "
             f"graph is read in the {self.label} dialect: stream ops of two dialects are mixed "
             f"(pass dialect=msched.Dialect.named({foreign[0]!r}), or dialect=None to detect, "
-            "if that is intended)"
+            "if that is intended)",
+            nodes=(node.name,),
         )
 
 
@@ -182,17 +183,21 @@ class _Keys:
                 raise InvalidGraphError(
                     f"{_op_label(node)} node {node.name!r} names stream {key}, but stream ids "
                     f"are 0..{MAX_STREAMS - 1} (msched.MAX_STREAMS = {MAX_STREAMS}, see "
-                    "msched.limits)"
+                    "msched.limits)",
+                    nodes=(node.name,),
                 )
             if key < 0:
-                raise InvalidGraphError(f"node {node.name!r} has a negative {what} id {key}")
+                raise InvalidGraphError(
+                    f"node {node.name!r} has a negative {what} id {key}", nodes=(node.name,)
+                )
             if key > self.highest:
                 self.highest = key
             return key
         if isinstance(key, bool) or not is_hashable(key):
             raise InvalidGraphError(
                 f"node {node.name!r} names the {what} {key!r}: a stream or event is an int or "
-                "another hashable key"
+                "another hashable key",
+                nodes=(node.name,),
             )
         if key in self.callers:
             return 0
@@ -219,7 +224,8 @@ def _read(reader: Callable[[Node], Any], node: Node, label: str) -> Any:
 
 def _unreadable(node: Node, label: str, error: Exception) -> InvalidGraphError:
     return InvalidGraphError(
-        f"the {label} dialect cannot read node {node.name!r}: {type(error).__name__}: {error}"
+        f"the {label} dialect cannot read node {node.name!r}: {type(error).__name__}: {error}",
+        nodes=(node.name,),
     )
 
 
@@ -291,7 +297,9 @@ def _interpret(
         for action in done:
             if isinstance(action, Action) and action.kind == "alias":
                 if action.tensor is None:
-                    raise InvalidGraphError(f"node {node.name!r} passes through no node")
+                    raise InvalidGraphError(
+                        f"node {node.name!r} passes through no node", nodes=(node.name,)
+                    )
                 passthrough[node] = passthrough.get(action.tensor, action.tensor)
                 continue
             current = _append(steps, node, action, current, streams, events)
@@ -317,7 +325,8 @@ def _append(
     if kind not in actions.ACTION_KINDS:
         raise InvalidGraphError(
             f"the dialect read node {node.name!r} as {action!r}, which is no action "
-            "(build actions with msched.proof.actions)"
+            "(build actions with msched.proof.actions)",
+            nodes=(node.name,),
         )
     _, stream, event_key, to_key, tensor = action
     s = current if stream is None else streams.id(stream, node, "stream")
@@ -325,13 +334,17 @@ def _append(
     event = None if event_key is None else events.id(event_key, node, "event")
     if kind == "set_stream":
         if to is None:
-            raise InvalidGraphError(f"node {node.name!r} switches to no stream")
+            raise InvalidGraphError(f"node {node.name!r} switches to no stream", nodes=(node.name,))
         steps.append(new_step(Step, (node, kind, to, None, to, None)))
         return to
     if kind in ("record_event", "wait_event") and event is None:
-        raise InvalidGraphError(f"node {node.name!r} reads as a {kind} of no event")
+        raise InvalidGraphError(
+            f"node {node.name!r} reads as a {kind} of no event", nodes=(node.name,)
+        )
     if kind in ("wait_stream", "record_stream") and to is None:
-        raise InvalidGraphError(f"node {node.name!r} reads as a {kind} of no stream")
+        raise InvalidGraphError(
+            f"node {node.name!r} reads as a {kind} of no stream", nodes=(node.name,)
+        )
     steps.append(new_step(Step, (node, kind, s, event, to, tensor)))
     return current
 

@@ -73,6 +73,16 @@ def test_graph_errors_name_their_nodes_as_data() -> None:
     assert msched.InvalidGraphError("no nodes named").nodes == ()
 
 
+def test_errors_reading_a_stream_program_name_their_node() -> None:
+    graph = Graph()
+    x = graph.placeholder("x")
+    graph.call_function(msched.ops.set_stream, (1, [-3]), name="bad_switch")
+    graph.output(x)
+    with pytest.raises(msched.InvalidGraphError, match="'bad_switch' waits for -3") as bad:
+        msched.verify(GraphModule(torch.nn.Module(), graph))
+    assert bad.value.nodes == ("bad_switch",)
+
+
 def test_the_backend_refuses_training_graphs_with_a_class_of_its_own() -> None:
     b = msched.backend()
     with pytest.raises(msched.TrainingGraphError, match="inference graphs only"):
