@@ -38,5 +38,5 @@ def test_every_subpackage_comes_from_the_wheel():
     sched = schedule(stack.gm, 2)
     assert schedule is msched.schedule and verify(sched.gm, original=sched.original).ok
     assert callable(backend(num_streams=2))
-    assert render_text(sched).startswith("# streams 2, events ")
+    assert render_text(sched).startswith("# msched text format 2\n# streams 2, events ")
     assert "site-packages" in msched.__file__
