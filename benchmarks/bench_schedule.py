@@ -4,9 +4,11 @@ For each size this prints: nodes; the time of `msched.schedule` until the module
 the schedule; the floor measured in the same run (a bare ``Graph.graph_copy`` of the same graph
 plus generating its module code, i.e. ``GraphModule(root, copy)``, which generates and compiles
 the source as ``recompile`` does); their ratio, and the ratio against a floor that only generates
-the source text; events; waits per node; stream-op nodes per node;
-makespan / lower bound; and the single-stream cost.  Times are medians of several runs with the
-garbage collector collected and disabled around each measurement.
+the source text (each ratio the median of the ratios of each run's schedule to the floor measured
+around it (the mean of one floor just before the schedule and one just after), in the same
+run: a machine whose speed drifts moves both alike); events; waits per node; stream-op nodes
+per node; makespan / lower bound; and the single-stream cost.  Times are medians of several
+runs with the garbage collector collected and disabled around each measurement.
 
 It also splits the schedule time: ``recompile_ms`` is one more ``recompile()`` of the scheduled
 module (generating and compiling its source, which ``msched.schedule`` must do once), measured in
@@ -110,11 +112,13 @@ def measure(layers: int, streams: int, repeat: int) -> dict[str, float]:
     sched = None
     for _ in range(repeat):
         gm = eager(decoder_stack(layers, capture_layers(layers), moe=True).gm)
-        floor_times.append(timed(partial(floor, gm)))
+        before = timed(partial(floor, gm))
         source_times.append(timed(partial(floor_source_only, gm)))
         box: list[msched.Schedule] = []
         sched_times.append(timed(partial(_schedule_into, box, gm, streams)))
         sched = box[0]
+        after = timed(partial(floor, eager(sched.original)))  # the graph before scheduling
+        floor_times.append((before + after) / 2)
         recompile_times.append(timed(partial(_recompile, sched.gm)))
     assert sched is not None
     nodes = len(sched.original.graph.nodes)
@@ -126,17 +130,22 @@ def measure(layers: int, streams: int, repeat: int) -> dict[str, float]:
         "nodes": nodes,
         "schedule_ms": t_sched * 1e3,
         "floor_ms": t_floor * 1e3,
-        "ratio": t_sched / t_floor,
-        "ratio_vs_src": t_sched / statistics.median(source_times),
+        "ratio": paired_ratio(sched_times, floor_times),
+        "ratio_vs_src": paired_ratio(sched_times, source_times),
         "recompile_ms": t_recompile * 1e3,
         "analysis_ms": (t_sched - t_recompile) * 1e3,
-        "recompile/floor": t_recompile / t_floor,
+        "recompile/floor": paired_ratio(recompile_times, floor_times),
         "events": sched.num_events,
         "waits/node": sched.num_waits / nodes,
         "streamops/node": ops / nodes,
         "makespan/lb": sched.makespan / sched.lower_bound,
         "1-stream cost": sched.assignment.total_cost,
     }
+
+
+def paired_ratio(times: list[float], floors: list[float]) -> float:
+    """The median of ``times[i] / floors[i]``: each run against the floor of the same run."""
+    return statistics.median(t / f for t, f in zip(times, floors, strict=True))
 
 
 def layered_graph(nodes: int, seed: int = 0, width: int = 4) -> GraphModule:
