@@ -360,9 +360,7 @@ def overload_info(op: Any) -> _OpInfo:
     return_alias = [_return_alias(args, r) for r in schema.returns]
     if schema.name in _UNANNOTATED_VIEWS:
         return_alias = [(0, args[0].name)]
-    multi = len(schema.returns) > 1 or (
-        len(schema.returns) == 1 and str(schema.returns[0].type).endswith("[]")
-    )
+    multi = len(schema.returns) > 1 or (len(schema.returns) == 1 and _is_list(schema.returns[0]))
     is_view = bool(schema.returns) and not writes and all(r is not None for r in return_alias)
     registered_side = bool({op, op.overloadpacket} & _REGISTERED_SIDE_EFFECTS)
     side = (
@@ -381,6 +379,12 @@ def overload_info(op: Any) -> _OpInfo:
         world=_is_random(op) or registered_side,
         swaps_storage=schema.name in _STORAGE_SWAPS,
     )
+
+
+def _is_list(ret: Any) -> bool:
+    """Whether a schema return is a list (``Tensor[]``: its type prints as ``List[Tensor]``,
+    so its elements are separate results, each taken out with ``getitem``)."""
+    return isinstance(ret.type, torch.ListType)
 
 
 def _is_written(argument: Any) -> bool:
@@ -429,7 +433,7 @@ def schemas_info(schemas: Iterable[Any], random: bool = False) -> _OpInfo:
             elif alias is not None:
                 views[alias] = None
         returns = schema.returns
-        multi = multi or len(returns) > 1 or (bool(returns) and str(returns[0].type).endswith("[]"))
+        multi = multi or len(returns) > 1 or (bool(returns) and _is_list(returns[0]))
     if not writes and len(views) == 1 and next(iter(views))[0] == 0:
         return _OpInfo(view_of_first=True, world=random, side_effect=random)
     if views:  # a view of some argument other than the first, or views and writes: be coarse

@@ -12,7 +12,12 @@ here is that code, kernel by kernel, in the order the wrapper calls them:
    ``writes`` in place (buffers it mutates, and the memory it writes a reused buffer into)
    and returns one fresh tensor per new buffer (``getitem`` of it).  A node on a user
    stream carries ``meta["custom"]["stream"]`` (its table index); none means the caller's.
-3. ``output`` returns the storages of the graph's outputs.
+3. ``output`` returns the storages of the graph's outputs, then those of the buffers the
+   output code allocates and never frees (`kept_until_return`): Inductor frees a buffer with
+   ``del`` after its last use, except one it must never reuse (msched's guard keeps every
+   buffer another stream reads), which lives until the call returns, after the final joins.
+   Without the code (an empty ``FinalOrder.code``) every buffer counts as freed at its last
+   use, the stricter reading.
 
 ``gm.meta["msched_caller_stream"]`` holds the caller's table indices.  ``meta["msched_kernel"]``
 of each kernel node is its `ScheduledNode`.
@@ -21,6 +26,7 @@ of each kernel node is its `ScheduledNode`.
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -112,8 +118,9 @@ class _Builder:
         found = [self.storage[n] for n in names if n in self.storage]
         return list(dict.fromkeys(found))
 
-    def finish(self, outputs: Iterable[str]) -> GraphModule:
-        values = tuple(self.storage[n] for n in outputs if n in self.storage)
+    def finish(self, outputs: Iterable[str], kept: Iterable[str] = ()) -> GraphModule:
+        names = (*outputs, *kept)
+        values = tuple(dict.fromkeys(self.storage[n] for n in names if n in self.storage))
         self.graph.output(values)
         return GraphModule(torch.nn.Module(), self.graph)
 
@@ -140,6 +147,19 @@ def _unproduced_reads(order: FinalOrder) -> list[str]:
     return names
 
 
+# A line of Inductor's Python wrapper that binds a buffer (an allocation, or a reuse
+# ``buf7 = reinterpret_tensor(buf3, ...); del buf3  # reuse``), and a ``del`` that frees one.
+_BOUND = re.compile(r"^\s*(buf\w*) = ", re.MULTILINE)
+_FREED = re.compile(r"\bdel (\w+)")
+
+
+def kept_until_return(order: FinalOrder) -> list[str]:
+    """The buffers ``order``'s output code binds and never deletes, in order of binding:
+    their memory is freed only when the call returns (empty without ``order.code``)."""
+    freed = set(_FREED.findall(order.code))
+    return [b for b in dict.fromkeys(_BOUND.findall(order.code)) if b not in freed]
+
+
 def kernel_order_program(
     order: FinalOrder, caller_stream: tuple[int, ...] | None = None
 ) -> GraphModule:
@@ -148,7 +168,7 @@ def kernel_order_program(
     builder = _Builder(order)
     for node in order.nodes:
         builder.add(node)
-    gm = builder.finish(order.outputs)
+    gm = builder.finish(order.outputs, kept_until_return(order))
     gm.meta[CALLER_META] = caller_stream
     return gm
 
@@ -163,6 +183,7 @@ __all__ = [
     "KERNELS",
     "KERNEL_META",
     "KERNEL_WRITES",
+    "kept_until_return",
     "kernel_names",
     "kernel_order_program",
 ]

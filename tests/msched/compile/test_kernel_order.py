@@ -114,6 +114,63 @@ def test_reads_no_node_makes_become_inputs() -> None:
     assert [n.name for n in gm.graph.find_nodes(op="placeholder")] == ["x", "_frozen_param0"]
 
 
+def _side_made_caller_read(code):
+    """The side stream makes buf1, the caller reads it after the join, then the side stream
+    runs k3 unordered after that read: freed at its last use (k2), buf1's memory could go
+    to k3 while k2 still reads it, unless the code never frees it."""
+    nodes = fork_join(
+        kernel("k1", ["buf1"], ["buf0"], SIDE),
+        after_join=[
+            kernel("k2", ["buf2"], ["buf1"]),
+            kernel("k3", ["buf3"], ["x"], SIDE),
+            sync(streams.record_event.default, 4, SIDE),
+            sync(streams.wait_event.default, 4, CALLER),
+            kernel("k4", ["buf4"], ["buf2", "buf3"]),
+        ],
+    )
+    order = FinalOrder(nodes, ("x",), ("buf4",), code=code)
+    return msched.verify(kernel_order_program(order, caller_stream=(CALLER,)))
+
+
+ALLOCATION = "    buf{} = empty_strided_cpu((4,), (1,), torch.float32)\n"
+ALLOCATIONS = "".join(ALLOCATION.format(i) for i in range(5))
+
+
+def test_a_buffer_the_code_never_frees_needs_no_record_stream() -> None:
+    """Inductor never frees a buffer it must not reuse (msched's guard: one another stream
+    reads); it lives until the call returns.  Read as freed at its last use, such a buffer
+    was a missing-record-stream that the code cannot have."""
+    freed = ALLOCATIONS + "    del buf0\n    del buf1\n    del buf2\n    del buf3\n"
+    for code in ("", freed):  # no code: the stricter reading; the code frees buf1
+        kinds = [v.kind for v in _side_made_caller_read(code).violations]
+        assert kinds == ["missing-record-stream"]
+    kept = ALLOCATIONS + "    del buf0\n    buf9 = buf2; del buf2  # reuse\n    del buf3\n"
+    assert _side_made_caller_read(kept).ok
+
+
+def test_the_outputs_of_one_kernel_are_separate_buffers() -> None:
+    """A kernel that makes buf1 and buf2: the side stream reads buf1 while the caller writes
+    buf2 in place; read as one storage, that was a race between different buffers."""
+    record = streams.record_stream.default
+
+    def nodes(written):
+        return (
+            kernel("k0", ["buf1", "buf2"], ["x"]),
+            sync(streams.record_event.default, FORK, CALLER),
+            sync(streams.wait_event.default, FORK, SIDE),
+            kernel("k1", ["buf3"], ["buf1"], SIDE),
+            ScheduledNode("record", "stream", None, (), ("buf1",), (), (), record, (SIDE,)),
+            kernel("k2", ["buf4"], [written], mutates=[("buf4", written)]),
+            sync(streams.record_event.default, JOIN, SIDE),
+            sync(streams.wait_event.default, JOIN, CALLER),
+            kernel("k5", ["buf5"], ["buf3", written]),
+        )
+
+    assert verify(nodes("buf2"), ["buf5"]).ok
+    races = [v for v in verify(nodes("buf1"), ["buf5"]).violations if v.kind == "race"]
+    assert [(v.hazard, set(v.nodes)) for v in races] == [("war", {"k1", "k2"})]
+
+
 # --- Inductor compiles user stream code (CPU: compiled, never run) -----------------------
 
 with msched.cuda_streams_on_cpu():
