@@ -68,11 +68,13 @@ class ScheduledGraphExtension(SingleFileSnapshotExtension):
     """A syrupy extension: ``assert sched == snapshot.use_extension(ScheduledGraphExtension)``.
 
     Serializes a `msched.Schedule` or a ``torch.fx.GraphModule`` with ``render_text``; a
-    ``str`` is stored as given (so a text rendered elsewhere can be compared too).  Anything
-    else raises ``TypeError``.  A module is read back (`msched.read_schedule`) in the running
-    test's dialect (its ``msched_dialect`` fixture; none configured: detected) with the
-    stream count the test asked for (``# streams 4`` in ``test[streams4]``); a Schedule
-    carries both (`msched.read_schedule`'s ``num_streams``).
+    ``str`` is stored as given (so a text rendered elsewhere can be compared too); a piece of
+    ``msched.backend(compiler="inductor")`` (``backend.pieces[i]``) as its final kernel
+    order (`_kernel_order_text`).  Anything else raises ``TypeError``.  A module is read
+    back (`msched.read_schedule`) in the running test's dialect (its ``msched_dialect``
+    fixture; none configured: detected) with the stream count the test asked for
+    (``# streams 4`` in ``test[streams4]``); a Schedule carries both
+    (`msched.read_schedule`'s ``num_streams``).
     """
 
     file_extension = "msched.txt"
@@ -84,6 +86,7 @@ class ScheduledGraphExtension(SingleFileSnapshotExtension):
         from torch.fx import GraphModule
 
         from msched import Schedule, read_schedule
+        from msched.compile.pieces import Piece
         from msched.pictures.text import render_text
         from pytest_msched._session import reading_context
 
@@ -96,9 +99,13 @@ class ScheduledGraphExtension(SingleFileSnapshotExtension):
             return render_text(read_schedule(data, dialect=dialect, num_streams=requested))
         if isinstance(data, str):
             return data
+        if isinstance(data, Piece):
+            context = reading_context()
+            requested = context.requested_streams() if context is not None else None
+            return _kernel_order_text(data, requested)
         raise TypeError(
-            f"ScheduledGraphExtension snapshots a msched.Schedule or a torch.fx.GraphModule, "
-            f"got {type(data).__name__}"
+            f"ScheduledGraphExtension snapshots a msched.Schedule, a torch.fx.GraphModule or "
+            f"a piece of msched.backend(compiler='inductor'), got {type(data).__name__}"
         )
 
     def diff_lines(self, serialized_data: Any, snapshot_data: Any) -> Iterator[str]:
@@ -123,6 +130,23 @@ class ScheduledGraphExtension(SingleFileSnapshotExtension):
                 yield reset(received_style(f"+ {line[1:]}"))
             else:
                 yield reset(context_style(f"  {line[1:]}"))
+
+
+def _kernel_order_text(piece: Any, requested: int | None) -> str:
+    """The text of an Inductor-compiled piece's final kernel order: its ``kernel_order``
+    program read in the ``torch`` dialect (the one it is written in, whatever the test's
+    ``msched_dialect``), with the stream count the test asked for."""
+    from msched import read_schedule
+    from msched.pictures.text import render_text
+
+    if piece.kernel_order is None:
+        raise TypeError(
+            f"piece {piece.name} has no kernel order to snapshot (compiled with "
+            "compiler='fx', or served from Inductor's cache with verify=False); snapshot "
+            "piece.schedule instead, or compile with compiler='inductor', verify=True"
+        )
+    schedule = read_schedule(piece.kernel_order, dialect="torch", num_streams=requested)
+    return render_text(schedule)
 
 
 # Unused snapshots ----------------------------------------------------------------------------

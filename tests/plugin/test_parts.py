@@ -80,8 +80,41 @@ def test_snapshot_text_of_schedule_and_module_is_the_canonical_rendering(
     extension = ScheduledGraphExtension()
     assert extension.serialize(sched) == render_text(sched)
     assert extension.serialize(sched.gm) == render_text(sched.gm)
-    with pytest.raises(TypeError, match="snapshots a msched.Schedule or a torch.fx.GraphModule"):
+    with pytest.raises(TypeError, match="snapshots a msched.Schedule, a torch.fx.GraphModule"):
         extension.serialize(42)
+
+
+def _kernel_order() -> torch.fx.GraphModule:
+    """A two-stream final order as msched reads it from Inductor: a kernel on stream 1, a
+    wait, then a kernel of the caller's stream that reads its buffer."""
+    import torch._dynamo.variables.streams  # noqa: F401  (registers torch.ops.streams)
+
+    from msched.compile._inductor_internals import FinalOrder, ScheduledNode
+    from msched.compile.kernel_order import kernel_order_program
+    from msched.compile.native_streams import CALLER
+
+    streams = torch.ops.streams
+    nodes = (
+        ScheduledNode("op0", "kernel", CALLER + 1, ("buf0",), ("x",), (), ("sin",)),
+        ScheduledNode("op1", "stream", CALLER + 1, (), (), (), (), streams.record_event.default,
+                      (2000000, CALLER + 1)),
+        ScheduledNode("op2", "stream", None, (), (), (), (), streams.wait_event.default,
+                      (2000000, CALLER)),
+        ScheduledNode("op3", "kernel", None, ("buf1",), ("buf0",), (), ("cos",)),
+    )  # fmt: skip
+    return kernel_order_program(FinalOrder(nodes, ("x",), ("buf1",)), (CALLER,))
+
+
+def test_a_compiled_piece_snapshots_as_its_kernel_order_in_the_torch_dialect() -> None:
+    from msched.compile.pieces import Piece
+
+    program = _kernel_order()
+    piece = Piece("graph0", program, None, None, "code", program)
+    text = ScheduledGraphExtension().serialize(piece)
+    assert text == render_text(msched.read_schedule(program, dialect="torch"))
+    assert "s1 |   op0 = kernel(reads=[x])" in text and "s0 | wait @buf0" in text
+    with pytest.raises(TypeError, match="piece graph0 has no kernel order to snapshot"):
+        ScheduledGraphExtension().serialize(Piece("graph0", program, None, None))
 
 
 def test_snapshot_diff_covers_the_whole_text() -> None:
