@@ -20,7 +20,9 @@ For each graph Dynamo hands the backend:
    with `msched.verify`; a violation raises `PieceVerificationError` naming the piece and the
    kernels.  Every order read is kept beside Inductor's cache, keyed by its output source
    (`msched.compile.order_records`), so a cache hit is verified from the order kept when it
-   was compiled; a hit with no kept order is compiled again with the caches off.
+   was compiled; a hit with no kept order is compiled again under a renewed generation of
+   the pass key (`order_records.renew`): Inductor misses, and its fresh entry and the order
+   read now are kept together, so the next build is a verified hit.
 5. Each call writes the piece's streams and events into Dynamo's table
    (`native_streams.NativeStreams`); on CPU the output module's stream variables, which
    Inductor declares only for GPUs, are set to CPU stand-ins.
@@ -47,7 +49,7 @@ from msched.compile._inductor_internals import FinalOrder
 from msched.compile._reinplace import reinplace
 from msched.compile.kernel_order import kernel_order_program
 from msched.compile.native_streams import CALLER, EVENT_BASE, NativeStreams, tie_waits, to_native
-from msched.compile.order_records import load_order, record_path, save_order
+from msched.compile.order_records import generation, load_order, record_path, renew, save_order
 from msched.compile.pieces import Piece
 from msched.errors import PieceVerificationError
 from msched.proof.verifier import Report, verify
@@ -71,6 +73,13 @@ class _PassResult:
 
 
 def _pass_key(config: Any) -> str:
+    """The pass's ``uuid()``: the build's `_build_key` and how often msched renewed its cache
+    entries (`order_records.renew`)."""
+    build = _build_key(config)
+    return hashlib.sha256(f"{build}:{generation(build)}".encode()).hexdigest()
+
+
+def _build_key(config: Any) -> str:
     cost = config.cost_model
     cost_text = "default" if cost is None else f"{type(cost).__module__}.{type(cost).__qualname__}"
     if cost is not None and hasattr(cost, "__dataclass_fields__"):
@@ -142,13 +151,12 @@ def compile_piece(
         warnings.warn(
             f"piece {name}: Inductor's cache served code msched kept no final order for "
             f"(none in {record_path('').parent}, or one that does not fit the code); it is "
-            "compiled again with the caches off, on every build until that cache entry is gone "
-            "(clear Inductor's cache folder to stop this)",
+            "compiled again under a renewed cache key, so the next build is a verified hit",
             RuntimeWarning,
             stacklevel=2,
         )
         result = _PassResult()
-        compiled, module, order = _compile(gm, example_inputs, config, result, cold=True)
+        compiled, module, order = _compile_renewed(gm, example_inputs, config, result)
     code = _source(module)
     program = kernel_order_program(order, (CALLER,)) if order is not None else None
     report = _verified(name, program) if config.verify else None
@@ -199,6 +207,23 @@ def _keep(order: FinalOrder) -> None:
             RuntimeWarning,
             stacklevel=2,
         )
+
+
+def _compile_renewed(
+    gm: GraphModule, example_inputs: Sequence[Any], config: Any, result: _PassResult
+) -> tuple[Callable[..., Any], Any, FinalOrder | None]:
+    """`_compile` after a hit msched kept no order for: under a renewed generation of the
+    build's key (`order_records.renew`) Inductor misses and writes a fresh entry beside the
+    order read now.  A folder msched cannot write, or a cache that still hits, leaves a cold
+    compile (caches off): verified now, and cold again on the next build."""
+    try:
+        renew(_build_key(config))
+    except OSError:
+        return _compile(gm, example_inputs, config, result, cold=True)
+    compiled, module, order = _compile(gm, example_inputs, config, result)
+    if order is None:  # the pass did not run either: ``result`` is still empty
+        return _compile(gm, example_inputs, config, result, cold=True)
+    return compiled, module, order
 
 
 def _own_copy(gm: GraphModule) -> GraphModule:

@@ -8,6 +8,13 @@ a cache hit loads the order of the source it was served and verifies it again.  
 order is missing (a cache written by another build, a deleted folder) is compiled again with
 the caches off, so a verified build never runs code msched did not verify.
 
+Healing.  The code a cold compile generates is not always the code the cache holds for the
+same graph (its ``# AOT ID`` header numbers the compile in its process, and Inductor names
+reused buffers differently from one process to another), so its order cannot stand for the
+cached code.  Instead a hit without a usable order renews the build's generation (`renew`),
+which msched's pass key covers: the piece is compiled again with the caches on, misses, and
+its fresh cache entry and order are written together, so the next build is a verified hit.
+
 A record is one JSON file ``<cache dir>/msched_orders/<sha256>.json`` holding the
 `FinalOrder` without its module, and the record format's version; a record of another
 version, one that does not parse, or one that does not fit the code (`matches_code`: other
@@ -21,6 +28,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -45,9 +53,13 @@ def save_order(order: FinalOrder, directory: Path | None = None) -> Path:
     if not order.code:
         raise ValueError("an order without its output source cannot be kept")
     path = record_path(order.code, directory)
+    _write_atomically(path, json.dumps(_encoded(order), sort_keys=True))
+    return path
+
+
+def _write_atomically(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(_encoded(order), sort_keys=True)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
@@ -55,7 +67,32 @@ def save_order(order: FinalOrder, directory: Path | None = None) -> Path:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-    return path
+
+
+def _generation_path(key: str, directory: Path | None) -> Path:
+    root = Path(internals.inductor_cache_dir()) if directory is None else directory
+    return root / _FOLDER / f"generation-{key}.txt"
+
+
+def generation(key: str, directory: Path | None = None) -> str:
+    """The generation of the cache entries of the build with pass key ``key``: the token the
+    last `renew` wrote, ``""`` when never renewed (or when it cannot be read)."""
+    try:
+        return _generation_path(key, directory).read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
+
+
+def renew(key: str, directory: Path | None = None) -> str:
+    """Give the build with pass key ``key`` a new generation and return it.  msched's pass
+    covers it in its ``uuid()``, so every later compile of that build misses Inductor's
+    caches once and writes fresh entries, with their orders: the way out of a cache entry
+    msched kept no order for (an entry cannot be rewritten in place).  The generation is a
+    random token, not a count: a count restarted by a deleted folder would lead back to
+    entries whose orders went with that folder."""
+    token = secrets.token_hex(8)
+    _write_atomically(_generation_path(key, directory), token)
+    return token
 
 
 def load_order(code: str, directory: Path | None = None) -> FinalOrder | None:
@@ -178,4 +215,12 @@ def _decoded_node(data: dict[str, Any]) -> ScheduledNode:
     )
 
 
-__all__ = ["FORMAT", "load_order", "matches_code", "record_path", "save_order"]
+__all__ = [
+    "FORMAT",
+    "generation",
+    "load_order",
+    "matches_code",
+    "record_path",
+    "renew",
+    "save_order",
+]

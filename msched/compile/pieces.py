@@ -32,7 +32,7 @@ class Piece:
     Inductor served the code from its cache, msched's pass did not run: ``schedule`` is None,
     ``gm`` is the piece as Dynamo gave it, and ``kernel_order`` is the order kept when that
     code was compiled (`msched.compile.order_records`; None when none was kept and
-    ``verify=False``: a verified build compiles such a piece again, cold).
+    ``verify=False``: a verified build compiles such a piece again).
     """
 
     name: str

@@ -20,7 +20,7 @@ import torch
 
 import msched
 from msched.compile import _inductor_internals as internals
-from msched.compile import inductor_backend
+from msched.compile import inductor_backend, order_records
 from msched.compile.compiler import MschedBackend
 from msched.compile.kernel_order import kernel_names
 from msched.compile.native_streams import NativeStreams, stream_index
@@ -189,6 +189,42 @@ def test_a_cached_piece_installs_the_events_its_stream_ops_name_only() -> None:
     assert inductor_backend._events_in(code, None) == 2
 
 
+def test_renewing_a_build_changes_its_pass_key_only(tmp_path, monkeypatch) -> None:
+    """After a hit without a kept order the build is renewed: its pass's ``uuid()`` (in
+    Inductor's cache keys) changes, so the next compile misses; another build's does not."""
+    monkeypatch.setattr(internals, "inductor_cache_dir", lambda: str(tmp_path))
+    two = msched.backend(num_streams=2, compiler="inductor").config
+    three = msched.backend(num_streams=3, compiler="inductor").config
+    before = (inductor_backend._pass_key(two), inductor_backend._pass_key(three))
+    order_records.renew(inductor_backend._build_key(two))
+    assert inductor_backend._pass_key(two) != before[0]
+    assert inductor_backend._pass_key(three) == before[1]
+    assert inductor_backend._pass_key(two) == inductor_backend._pass_key(two)  # stable
+
+
+@pytest.mark.parametrize("failure", ["unwritable", "still a hit"])
+def test_a_renewal_that_does_not_miss_compiles_cold(failure, monkeypatch) -> None:
+    """Renewing cannot help when the generation cannot be written, or when Inductor still
+    serves a hit (no order read): the piece is compiled with the caches off."""
+    calls: list[bool] = []
+
+    def compile_(gm, inputs, config, result, cold=False):
+        calls.append(cold)
+        return "compiled", None, "order" if cold else None
+
+    def renew(key):
+        if failure == "unwritable":
+            raise OSError("read-only")
+        return "token"
+
+    monkeypatch.setattr(inductor_backend, "_compile", compile_)
+    monkeypatch.setattr(inductor_backend, "renew", renew)
+    config = msched.backend(num_streams=2, compiler="inductor").config
+    got = inductor_backend._compile_renewed(None, [], config, inductor_backend._PassResult())
+    assert got == ("compiled", None, "order")
+    assert calls == ([True] if failure == "unwritable" else [False, True])
+
+
 def test_an_order_that_cannot_be_kept_warns_and_the_build_goes_on(tmp_path, monkeypatch) -> None:
     """A cache folder msched cannot write (here ``msched_orders`` is a file) raised an
     ``OSError`` out of the compile although the order was verified."""
@@ -267,7 +303,8 @@ def _consumer_before_its_wait(nodes):
 @pytest.mark.slow
 def test_the_cache_serves_verified_stream_programs_only(tmp_path) -> None:
     """A verified build keeps Inductor's caches: a hit is verified from the final order kept
-    when its code was compiled, and compiled again cold when no order was kept."""
+    when its code was compiled, and compiled again when no order was kept, once: under a
+    renewed key, so the fresh cache entry and its order are written together."""
     cache = tmp_path / "cache"
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache)}
     script = tmp_path / "build.py"
@@ -285,5 +322,7 @@ def test_the_cache_serves_verified_stream_programs_only(tmp_path) -> None:
         path.write_text(text)
     _edit_records(records, _without_waits)  # a record that does not fit the code is not used
     assert _build(script, "warm", env) == [*verified, "COMPILED", "VERIFIED", "WARNED"]
+    assert _build(script, "warm", env) == [*verified, "HIT", "VERIFIED"]  # healed
     shutil.rmtree(records)  # no order kept for the cached code: compiled again, cold
     assert _build(script, "warm", env) == [*verified, "COMPILED", "VERIFIED", "WARNED"]
+    assert _build(script, "warm", env) == [*verified, "HIT", "VERIFIED"]  # healed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 
 import pytest
 import torch
@@ -130,3 +131,17 @@ def test_an_order_without_code_is_refused(tmp_path) -> None:
 def test_the_default_folder_is_inductors_cache_dir(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     assert record_path("x").parent == tmp_path / "msched_orders"
+
+
+def test_renewing_gives_a_build_a_new_generation(tmp_path) -> None:
+    """msched's pass key covers the generation, so a renewed build misses Inductor's caches
+    once; a new one never repeats an old one, also after the folder was deleted."""
+    assert order_records.generation("a", tmp_path) == ""
+    first = order_records.renew("a", tmp_path)
+    assert order_records.generation("a", tmp_path) == first != ""
+    second = order_records.renew("a", tmp_path)
+    assert order_records.generation("a", tmp_path) == second != first
+    assert order_records.generation("b", tmp_path) == ""  # another build is not renewed
+    shutil.rmtree(tmp_path / "msched_orders")
+    assert order_records.generation("a", tmp_path) == ""
+    assert order_records.renew("a", tmp_path) not in ("", first, second)
