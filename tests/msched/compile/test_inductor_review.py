@@ -1,0 +1,50 @@
+"""What an engine's engineer ran into with ``msched.backend(compiler="inductor")`` (issue 25's
+review): each test is one finding, with its reproducer under ``repros/``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import msched
+from msched.errors import TrainingGraphError
+
+
+@pytest.fixture(autouse=True)
+def fresh_inductor_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))
+    torch._dynamo.reset()
+
+
+class TwoBranches(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(x).relu() + self.b(x).sin()
+
+
+def _inner(failed: BaseException) -> BaseException | None:
+    return getattr(failed, "inner_exception", None)
+
+
+def test_a_training_graph_is_refused_by_the_inductor_compiler_too() -> None:
+    """repros/r01_training_inductor.py: with grad enabled and parameters that require it,
+    compiler="fx" raised TrainingGraphError but compiler="inductor" compiled forward and
+    backward (the backward without msched's pass)."""
+    b = msched.backend(num_streams=2, compiler="inductor")
+    compiled = torch.compile(TwoBranches(), backend=b)
+    with pytest.raises(Exception) as failed:
+        compiled(torch.randn(4, 8))
+    assert isinstance(_inner(failed.value), TrainingGraphError), failed.value
+    assert not b.pieces
+
+
+def test_compile_pieces_returns_the_pieces_inductor_compiled() -> None:
+    """repros/r03_compile_pieces_inductor.py: compile_pieces(compiler="inductor") raised
+    NoGraphCompiledError ("the model ran eagerly") although Inductor compiled the graph."""
+    model = TwoBranches()
+    gms = msched.compile_pieces(model, torch.randn(4, 8), num_streams=2, compiler="inductor")
+    assert len(gms) == 1
+    assert isinstance(gms[0], torch.fx.GraphModule)
