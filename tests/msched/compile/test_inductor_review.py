@@ -48,3 +48,27 @@ def test_compile_pieces_returns_the_pieces_inductor_compiled() -> None:
     gms = msched.compile_pieces(model, torch.randn(4, 8), num_streams=2, compiler="inductor")
     assert len(gms) == 1
     assert isinstance(gms[0], torch.fx.GraphModule)
+
+
+def test_an_inductor_failure_in_trace_streams_is_not_called_a_graph_break(monkeypatch) -> None:
+    """repros/r10_capture_on_stream_inductor.py: a joined side-stream capture (a custom op
+    mutating an input) traces and verifies at the Dynamo stage, but torch 2.13's Inductor
+    fails on it; stage="inductor" said "cannot trace ... in one graph", as if Dynamo broke
+    the graph.  Inductor failing is forced here, so the test does not hang on that bug."""
+    from msched.compile import _inductor_internals as internals
+
+    def failing_compile_fx(*args, **kwargs):
+        raise AssertionError("n=copy_, n.args[0]=getitem_3")
+
+    monkeypatch.setattr(internals, "compile_fx", failing_compile_fx)
+
+    def joined(x: torch.Tensor) -> torch.Tensor:
+        return x.sin() + 1
+
+    with pytest.raises(msched.InvalidArgumentError) as refused:
+        msched.trace_streams(joined, torch.randn(4), stage="inductor")
+    message = str(refused.value)
+    assert "cannot trace" not in message, message
+    assert "Inductor" in message and "failed to compile the graph traced from" in message
+    assert "AssertionError: n=copy_" in message and 'stage="aot"' in message
+    assert msched.verify(msched.trace_streams(joined, torch.randn(4), stage="dynamo")).ok
