@@ -1,9 +1,16 @@
 """A plain MoE-with-shared-expert block (no custom op, no KV cache, no index_copy_) compiled
 with compiler="inductor", num_streams=2: msched's own build fails its final-order verification
 with missing-record-stream (expected: compiles, verified ok)."""
-import os, sys, tempfile
+
+import os
+import sys
+import tempfile
+
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp()
-import torch, msched
+import torch
+
+import msched
+
 
 class MoE(torch.nn.Module):
     def __init__(self, d=16, experts=3):
@@ -11,13 +18,16 @@ class MoE(torch.nn.Module):
         self.ln = torch.nn.LayerNorm(d)
         self.gate = torch.nn.Linear(d, experts)
         self.experts = torch.nn.ModuleList(torch.nn.Linear(d, d) for _ in range(experts))
-        self.shared = torch.nn.Sequential(torch.nn.Linear(d, 2 * d), torch.nn.GELU(), torch.nn.Linear(2 * d, d))
+        self.shared = torch.nn.Sequential(
+            torch.nn.Linear(d, 2 * d), torch.nn.GELU(), torch.nn.Linear(2 * d, d)
+        )
 
     def forward(self, x):
         h = self.ln(x)
         probs = torch.softmax(self.gate(h), dim=-1)
         routed = sum(probs[:, i : i + 1] * e(h) for i, e in enumerate(self.experts))
         return x + routed + self.shared(h)
+
 
 m = MoE().eval()
 x = torch.randn(4, 16)
@@ -28,4 +38,5 @@ try:
     print("ok", torch.allclose(out, m(x), atol=1e-5), b.pieces[0].report.ok)
 except Exception as e:
     print(type(e).__name__, str(e)[:3000])
-    if b.pieces: print(b.pieces[-1].code[:100])
+    if b.pieces:
+        print(b.pieces[-1].code[:100])

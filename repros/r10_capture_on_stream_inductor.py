@@ -4,21 +4,30 @@ AssertionError: n=copy_, ..." -- the message says a graph break, but the graph w
 (the dynamo and aot stages verify it ok); what failed is Inductor (torch 2.13's AOT
 functional-graph check: the write-back copy_ targets a control_deps output, not the input).
 Plain torch.compile(backend="inductor") of the same function fails the same way (printed)."""
-import os, tempfile
+
+import os
+import tempfile
+
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp()
-import torch, msched
+import torch
+
+import msched
 from msched.compile.tracing import _registered_caller
+
 
 @torch.library.custom_op("break25c::capture", mutates_args=("buf",))
 def capture(h: torch.Tensor, buf: torch.Tensor) -> None:
     buf.copy_(h)
 
+
 @capture.register_fake
 def _(h, buf):
     return None
 
+
 with msched.cuda_streams_on_cpu():
     side = torch.cuda.Stream()
+
 
 def capture_joined(x, buf):
     cur = torch.cuda.current_stream()
@@ -28,6 +37,7 @@ def capture_joined(x, buf):
         capture(h.cos(), buf)
     cur.wait_stream(side)
     return h + 1
+
 
 x, buf = torch.randn(8, 8), torch.zeros(8, 8)
 for stage in ("dynamo", "inductor"):
@@ -43,4 +53,8 @@ try:
         torch.compile(capture_joined, backend="inductor", fullgraph=True)(x, buf)
     print("plain inductor: compiled")
 except Exception as e:
-    print("plain inductor:", type(e).__name__, str(e).strip().splitlines()[-1][:200] if str(e).strip() else "")
+    print(
+        "plain inductor:",
+        type(e).__name__,
+        str(e).strip().splitlines()[-1][:200] if str(e).strip() else "",
+    )

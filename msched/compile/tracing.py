@@ -191,7 +191,7 @@ def _untraced(fn: Callable[..., Any], error: Exception) -> InvalidArgumentError:
     name = getattr(fn, "__qualname__", type(fn).__name__)
     return InvalidArgumentError(
         f"Inductor (torch {torch.__version__}) failed to compile the graph traced from {name} "
-        f"({inner}); the graph itself traced: verify it with stage=\"aot\" or stage=\"dynamo\""
+        f'({inner}); the graph itself traced: verify it with stage="aot" or stage="dynamo"'
     )
 
 
