@@ -150,7 +150,9 @@ def compile_piece(
         result = _PassResult()
         compiled, module, order = _compile(gm, example_inputs, config, result, cold=True)
     code = _source(module)
-    program = kernel_order_program(order, (CALLER,)) if order is not None else None
+    program = None
+    if order is not None:
+        program = kernel_order_program(order, (CALLER,), kept_to_exit=config.guard_reuse)
     report = _verified(name, program) if config.verify else None
     sched = result.schedule  # None when Inductor served the code from its cache
     device = _device_of(example_inputs)

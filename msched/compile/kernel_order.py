@@ -12,7 +12,11 @@ here is that code, kernel by kernel, in the order the wrapper calls them:
    ``writes`` in place (buffers it mutates, and the memory it writes a reused buffer into)
    and returns one fresh tensor per new buffer (``getitem`` of it).  A node on a user
    stream carries ``meta["custom"]["stream"]`` (its table index); none means the caller's.
-3. ``output`` returns the storages of the graph's outputs.
+3. ``output`` returns the storages of the graph's outputs, and with ``kept_to_exit`` also
+   those of the buffers read on another stream than the one that made them
+   (`cross_stream_buffers`): Inductor never frees a buffer it may not reuse (msched's reuse
+   guard puts exactly these in ``never_reuse_buffers``), so they live until the call returns,
+   after the exit joined every stream, and need no ``record_stream``.
 
 ``gm.meta["msched_caller_stream"]`` holds the caller's table indices.  ``meta["msched_kernel"]``
 of each kernel node is its `ScheduledNode`.
@@ -112,9 +116,10 @@ class _Builder:
         found = [self.storage[n] for n in names if n in self.storage]
         return list(dict.fromkeys(found))
 
-    def finish(self, outputs: Iterable[str]) -> GraphModule:
-        values = tuple(self.storage[n] for n in outputs if n in self.storage)
-        self.graph.output(values)
+    def finish(self, outputs: Iterable[str], kept: Iterable[str] = ()) -> GraphModule:
+        values = [self.storage[n] for n in outputs if n in self.storage]
+        values += [s for s in self._storages(kept) if s not in values]
+        self.graph.output(tuple(values))
         return GraphModule(torch.nn.Module(), self.graph)
 
 
@@ -140,15 +145,31 @@ def _unproduced_reads(order: FinalOrder) -> list[str]:
     return names
 
 
+def cross_stream_buffers(order: FinalOrder) -> list[str]:
+    """Buffers some node of ``order`` reads on another stream than the node that made them
+    (the set msched's reuse guard keeps Inductor from reusing and freeing), in order."""
+    made_on: dict[str, int | None] = {}
+    crossing: dict[str, None] = {}
+    for node in order.nodes:
+        for name in node.reads:
+            if name in made_on and made_on[name] != node.stream:
+                crossing[name] = None
+        for name in node.outputs:
+            made_on[name] = node.stream
+    return list(crossing)
+
+
 def kernel_order_program(
-    order: FinalOrder, caller_stream: tuple[int, ...] | None = None
+    order: FinalOrder, caller_stream: tuple[int, ...] | None = None, kept_to_exit: bool = False
 ) -> GraphModule:
     """The stream program of ``order`` (see the module docstring).  ``caller_stream`` are the
-    table indices of the caller's stream, written to ``gm.meta["msched_caller_stream"]``."""
+    table indices of the caller's stream, written to ``gm.meta["msched_caller_stream"]``.
+    ``kept_to_exit``: the code was generated with msched's reuse guard, so every
+    `cross_stream_buffers` buffer lives to the end of the call (step 3)."""
     builder = _Builder(order)
     for node in order.nodes:
         builder.add(node)
-    gm = builder.finish(order.outputs)
+    gm = builder.finish(order.outputs, cross_stream_buffers(order) if kept_to_exit else ())
     gm.meta[CALLER_META] = caller_stream
     return gm
 
@@ -163,6 +184,7 @@ __all__ = [
     "KERNELS",
     "KERNEL_META",
     "KERNEL_WRITES",
+    "cross_stream_buffers",
     "kernel_names",
     "kernel_order_program",
 ]

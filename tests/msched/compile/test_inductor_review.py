@@ -72,3 +72,84 @@ def test_an_inductor_failure_in_trace_streams_is_not_called_a_graph_break(monkey
     assert "Inductor" in message and "failed to compile the graph traced from" in message
     assert "AssertionError: n=copy_" in message and 'stage="aot"' in message
     assert msched.verify(msched.trace_streams(joined, torch.randn(4), stage="dynamo")).ok
+
+
+def _kernel(name, outputs, reads=(), stream=None):
+    from msched.compile._inductor_internals import ScheduledNode
+
+    return ScheduledNode(name, "kernel", stream, tuple(outputs), tuple(reads), (), ())
+
+
+def _sync(op, *args):
+    from msched.compile._inductor_internals import ScheduledNode
+
+    return ScheduledNode(f"{op._schema.name}{args}", "stream", None, (), (), (), (), op, args)
+
+
+def _shared_input_order(joined: bool):
+    """Stream 0 makes buf0 (a layer norm), the side stream reads it (one branch), stream 0
+    reads it again (the other branch), then (``joined``) waits for the side stream: the
+    order Inductor generated for repros/r06_missing_record_stream.py, in small."""
+    import torch._dynamo.variables.streams  # noqa: F401  (registers torch.ops.streams)
+
+    from msched.compile._inductor_internals import FinalOrder
+
+    streams = torch.ops.streams
+    caller, side, fork, join = 0, 1, 2, 3
+    nodes = [
+        _kernel("k0", ["buf0"], ["x"]),
+        _sync(streams.record_event.default, fork, caller),
+        _sync(streams.wait_event.default, fork, side),
+        _kernel("k1", ["buf1"], ["buf0"], stream=side),
+        _kernel("k2", ["buf2"], ["buf0"]),
+        _kernel("k3", ["buf3"], ["buf2"]),
+    ]
+    if joined:
+        nodes += [
+            _sync(streams.record_event.default, join, side),
+            _sync(streams.wait_event.default, join, caller),
+        ]
+    nodes.append(_kernel("k4", ["buf4"], ["buf3", "buf1"]))
+    return FinalOrder(tuple(nodes), ("x",), ("buf4",))
+
+
+def test_buffers_the_reuse_guard_keeps_live_to_the_exit_and_need_no_record_stream() -> None:
+    """repros/r06_missing_record_stream.py: a plain MoE (and a LayerNorm with two parallel
+    linears, r11) compiled with compiler="inductor" failed its own final-order check with
+    missing-record-stream, although Inductor never frees a buffer the guard keeps from reuse
+    (no ``del``: it lives until the call returns, after the exit joined every stream)."""
+    from msched.compile.kernel_order import cross_stream_buffers, kernel_order_program
+
+    order = _shared_input_order(joined=True)
+    assert cross_stream_buffers(order) == ["buf0", "buf1"]
+    freed = msched.verify(kernel_order_program(order, (0,)))
+    assert [v.kind for v in freed.violations] == ["missing-record-stream"], freed
+    assert msched.verify(kernel_order_program(order, (0,), kept_to_exit=True)).ok
+    # Keeping buffers to the exit hides no missing join.
+    unjoined = kernel_order_program(_shared_input_order(joined=False), (0,), kept_to_exit=True)
+    assert not msched.verify(unjoined).ok
+
+
+class LayerNormBranches(torch.nn.Module):
+    def __init__(self, d: int = 16) -> None:
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(d)
+        self.a, self.b = torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.ln(x)
+        return x + self.a(h).relu() + self.b(h).sigmoid()
+
+
+def test_a_layer_norm_feeding_two_streams_compiles_verified() -> None:
+    """repros/r11_shapes_and_edges.py ("whole-auto"): PieceVerificationError
+    [missing-record-stream] on the layer norm's output, read by both branches."""
+    model = LayerNormBranches().eval()
+    b = msched.backend(num_streams=2, compiler="inductor")
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        out = torch.compile(model, backend=b)(x)
+        assert torch.allclose(out, model(x), atol=1e-5)
+    (piece,) = b.pieces
+    assert piece.report is not None and piece.report.ok
+    assert "stream1" in piece.code
