@@ -1,4 +1,6 @@
-"""Observed: s2 whole fails PieceVerificationError [missing-record-stream] (see r06); s3
+"""Observed: s2 whole failed PieceVerificationError [missing-record-stream] (see r06; after
+break25's fix it compiles and both pieces verify, the "mismatches" it prints come from the
+torch.equal on the capture buffer, ulp-level as with plain Inductor, see r07); s3
 piecewise under inference_mode verifies, outputs equal eager to 1e-6 (the capture buffer is
 compared with torch.equal here and differs by ulps, as plain Inductor does: no bug); s2
 piecewise dynamic=True fails (see r08).

@@ -1,6 +1,9 @@
 """A plain MoE-with-shared-expert block (no custom op, no KV cache, no index_copy_) compiled
 with compiler="inductor", num_streams=2: msched's own build fails its final-order verification
-with missing-record-stream (expected: compiles, verified ok)."""
+with missing-record-stream (expected: compiles, verified ok).  The buffers named are ones the
+reuse guard puts in Inductor's never_reuse_buffers, which Inductor also never frees (no `del`
+in the code: they live until the call returns, after the exit joined every stream), so the
+refusal was wrong.  Fixed on break25 (kernel_order_program(kept_to_exit=True)): prints "ok"."""
 
 import os
 import sys
