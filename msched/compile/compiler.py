@@ -142,6 +142,8 @@ class MschedBackend:
         if self.config.compiler == "inductor":
             from msched.compile.inductor_backend import compile_graph_with_inductor
 
+            if _needs_autograd(example_inputs):
+                self._refuse_training(gm, example_inputs)
             name = f"graph{len(self._graphs) + self._inductor_graphs}"
             self._inductor_graphs += 1
             return compile_graph_with_inductor(
@@ -166,6 +168,14 @@ class MschedBackend:
         compiled = compile_graph(gm, self.config, name, self.runtime_factory())
         self._graphs.append(compiled)
         return _BoxedRunner(compiled.module, compiled.runtime)
+
+
+def _needs_autograd(example_inputs: Sequence[Any]) -> bool:
+    """Whether AOT autograd would build a training graph for these inputs (``compiler=
+    "inductor"`` hands Dynamo's graph to Inductor, which would compile forward and backward)."""
+    return torch.is_grad_enabled() and any(
+        isinstance(value, torch.Tensor) and value.requires_grad for value in example_inputs
+    )
 
 
 class _BoxedRunner:
@@ -341,7 +351,7 @@ def compile_and_run(
         if isinstance(inner, MschedError):
             raise inner from failed
         raise
-    if not b.graphs:
+    if not b.graphs and not b.pieces:
         raise NoGraphCompiledError(
             f"torch.compile never handed a graph of {type(model).__name__} to msched.backend "
             "(the model ran eagerly); check torch._dynamo.explain(model)(*inputs)"

@@ -28,7 +28,7 @@ import torch
 from torch.fx import GraphModule
 
 from msched._torch_internals import aot_autograd, dynamo_current_stream, dynamo_external_objects
-from msched.errors import InvalidArgumentError
+from msched.errors import InvalidArgumentError, MschedError
 from msched.proof.torch_streams import CALLER_META
 
 STAGES = ("dynamo", "aot", "inductor")
@@ -83,7 +83,7 @@ def trace_streams(
             compiled(*example_inputs)
         except Exception as error:
             if capture.graph is None:
-                raise InvalidArgumentError(_why_not(fn, error)) from error
+                raise _untraced(fn, error) from error
             # The graph was captured; what failed is the call of its stand-in (it returns
             # placeholders for the graph's outputs, and the code around it may use them).
     torch.compiler.reset()
@@ -130,12 +130,25 @@ class _Capture:
         return _stand_in(gm)
 
 
+class _InductorFailed(InvalidArgumentError):
+    """Inductor raised while compiling a graph Dynamo traced (`trace_streams` names ``fn``)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(_first_line(error))
+        self.error = error
+
+
 def _inductor_program(gm: GraphModule, example_inputs: list[Any]) -> GraphModule:
     from msched.compile import _inductor_internals as internals
     from msched.compile.kernel_order import kernel_order_program
 
     with internals.recording_final_orders() as orders:
-        internals.compile_fx(gm, example_inputs, force_disable_caches=True)
+        try:
+            internals.compile_fx(gm, example_inputs, force_disable_caches=True)
+        except MschedError:
+            raise
+        except Exception as error:  # Inductor's own failure, not a graph break
+            raise _InductorFailed(error) from error
     if not orders:
         raise InvalidArgumentError("Inductor generated no code for the traced graph")
     return kernel_order_program(orders[-1])
@@ -162,6 +175,24 @@ def _registered_caller(caller: torch.Stream) -> Iterator[None]:
         return
     with dynamo_current_stream(caller):
         yield
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+
+
+def _untraced(fn: Callable[..., Any], error: Exception) -> InvalidArgumentError:
+    """The error `trace_streams` raises when no graph was kept: Dynamo could not trace ``fn``
+    in one graph, or (``stage="inductor"``) Inductor failed on the graph it traced."""
+    inner = getattr(error, "inner_exception", None)
+    if not isinstance(inner, _InductorFailed):
+        return InvalidArgumentError(_why_not(fn, error))
+    name = getattr(fn, "__qualname__", type(fn).__name__)
+    return InvalidArgumentError(
+        f"Inductor (torch {torch.__version__}) failed to compile the graph traced from {name} "
+        f'({inner}); the graph itself traced: verify it with stage="aot" or stage="dynamo"'
+    )
 
 
 def _why_not(fn: Callable[..., Any], error: Exception) -> str:
