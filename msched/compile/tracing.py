@@ -135,7 +135,6 @@ class _InductorFailed(InvalidArgumentError):
 
     def __init__(self, error: Exception) -> None:
         super().__init__(_first_line(error))
-        self.error = error
 
 
 def _inductor_program(gm: GraphModule, example_inputs: list[Any]) -> GraphModule:
@@ -200,7 +199,6 @@ def _why_not(fn: Callable[..., Any], error: Exception) -> str:
     # Dynamo wraps what the capturing backend (AOT autograd, Inductor) raised; its own
     # message ends with "raised:" and says nothing.
     error = getattr(error, "inner_exception", None) or error
-    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     text = str(error).lower()
     hint = ""
     if "support events" in text:
@@ -215,7 +213,7 @@ def _why_not(fn: Callable[..., Any], error: Exception) -> str:
         )
     elif "cuda" in text:
         hint = "; code written against torch.cuda traces on CPU inside msched.cuda_streams_on_cpu()"
-    return f"cannot trace {name} in one graph: {type(error).__name__}: {first}{hint}"
+    return f"cannot trace {name} in one graph: {_first_line(error)}{hint}"
 
 
 @contextlib.contextmanager
