@@ -28,6 +28,9 @@ What msched reads and where (torch 2.13 / 2.14):
    ops index.
 8. Inductor's cache folder (``torch._inductor.runtime.cache_dir_utils.cache_dir``), beside
    which msched keeps the final orders of the code it verified (`msched.compile.order_records`).
+9. The inputs of each piece of a piecewise graph, as Inductor compiles them: Dynamo's fake
+   tensors (``torch._guards.detect_fake_mode``, their ``FakeTensorMode`` and its shape
+   environment) run through the split graph under ``enable_python_dispatcher``.
 """
 
 from __future__ import annotations
@@ -69,6 +72,10 @@ INTERFACES: tuple[tuple[str, str], ...] = (
     ("torch._inductor.runtime.cache_dir_utils", "cache_dir"),
     ("torch._dynamo.variables.streams", "SymbolicStreamState"),
     ("torch._library.custom_ops", "OPDEFS"),
+    ("torch._guards", "detect_fake_mode"),
+    ("torch._subclasses.fake_tensor", "FakeTensorMode"),
+    ("torch._subclasses.fake_tensor", "FakeTensor"),
+    ("torch._dispatch.python", "enable_python_dispatcher"),
 )
 
 # Instance attributes: checked on the source of their class, not by getattr.
@@ -426,6 +433,26 @@ def _record_nothing(tensor: torch.Tensor, stream_index: int) -> None:
     return None
 
 
+@contextlib.contextmanager
+def faking(example_inputs: Any) -> Iterator[Callable[[Any], Any]]:
+    """Run the block in the fake mode of ``example_inputs`` (Dynamo's, with its shape
+    environment, so sizes stay symbolic), or in a new one when they are real tensors;
+    yields what turns a value into the fake value the block computes with."""
+    require_interfaces()
+    from torch._dispatch.python import enable_python_dispatcher
+    from torch._guards import detect_fake_mode
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    mode = detect_fake_mode(example_inputs) or FakeTensorMode()
+
+    def fake(value: Any) -> Any:
+        real = isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor)
+        return mode.from_tensor(value) if real else value
+
+    with mode, enable_python_dispatcher():
+        yield fake
+
+
 def inductor_cache_dir() -> str:
     """Inductor's cache folder (``TORCHINDUCTOR_CACHE_DIR``, else its default)."""
     require_interfaces()
@@ -442,6 +469,7 @@ __all__ = [
     "compile_fx",
     "custom_graph_pass_base",
     "external_object_table",
+    "faking",
     "inductor_cache_dir",
     "let_cpu_tensors_record_streams",
     "missing_interfaces",

@@ -134,8 +134,7 @@ class MschedBackend:
 
     @property
     def pieces(self) -> tuple[Piece, ...]:
-        """The pieces of every graph compiled so far, in order (``compiler="inductor"``
-        compiles a piece of a piecewise graph at its first call)."""
+        """The pieces of every graph compiled so far, in order."""
         return tuple(p for g in self._graphs for p in g.pieces) + tuple(self._inductor_pieces)
 
     def __call__(self, gm: GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
@@ -145,10 +144,11 @@ class MschedBackend:
             if _needs_autograd(example_inputs):
                 self._refuse_training(gm, example_inputs)
             name = f"graph{len(self._graphs) + self._inductor_graphs}"
-            self._inductor_graphs += 1
-            return compile_graph_with_inductor(
+            compiled = compile_graph_with_inductor(
                 name, gm, example_inputs, self.config, self._inductor_pieces
             )
+            self._inductor_graphs += 1  # a graph Dynamo restarts or that fails takes no name
+            return compiled
         return aot_module_simplified(
             gm,
             example_inputs,

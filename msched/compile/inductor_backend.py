@@ -5,10 +5,10 @@ nothing.  Here msched schedules inside Inductor and proves the code Inductor gen
 
 For each graph Dynamo hands the backend:
 
-1. With ``piecewise=True``, split it at every ``split_ops`` call (`pieces.split_pieces`);
-   each other piece is compiled by Inductor at its first call with each new signature of
-   its arguments (sizes, strides, dtypes; Inductor compiles static shapes), for the
-   arguments it gets (split calls run as they are).  Without, the graph is one piece, compiled now.
+1. With ``piecewise=True``, split it at every ``split_ops`` call (`pieces.split_pieces`)
+   and compile every other piece now, for the fake inputs Dynamo's example inputs give it
+   (`_piece_inputs`: symbolic sizes stay symbolic, so a piece compiles once, like the whole
+   graph); the split calls run as they are.  Without, the graph is one piece, compiled now.
 2. ``compile_fx`` with msched's `MschedPass` as ``post_grad_custom_post_pass``: re-inplace
    (`msched.compile._reinplace`), `msched.schedule`, `native_streams.to_native`, and (unless
    a test turns it off) `native_streams.tie_waits`.  Its ``uuid()`` covers msched's version,
@@ -287,45 +287,55 @@ def _define_stream_names(module: Any, code: str, streams: NativeStreams) -> None
 def compile_graph_with_inductor(
     name: str, gm: GraphModule, example_inputs: Sequence[Any], config: Any, sink: list[Any]
 ) -> Callable[..., Any]:
-    """What the backend returns to Dynamo for ``gm`` (module docstring, step 1)."""
+    """What the backend returns to Dynamo for ``gm`` (module docstring, step 1).  Its pieces
+    join ``sink`` once all of them compiled: Dynamo restarts the analysis of some graphs from
+    inside a compile (``TensorifyScalarRestartAnalysis``, a float it must specialize), and
+    the pieces of the abandoned attempt are no pieces of the backend's."""
+    made: list[Piece] = []
     if not config.piecewise:
-        return compile_piece(name, gm, example_inputs, config, sink)
+        compiled = compile_piece(name, gm, example_inputs, config, made)
+        sink.extend(made)
+        return compiled
     pieces.check_split_ops_occur(gm.graph, config.split_ops, name)
     module = pieces.split_pieces(gm, config.split_ops)
-    for sub in pieces._submodule_calls(module):
+    for sub, inputs in _piece_inputs(module, example_inputs).items():
         part = getattr(module, sub)
         if not any(pieces._is_split_op(n, config.split_ops) for n in part.graph.nodes):
-            setattr(module, sub, _LazyPiece(f"{name}.{sub}", part, config, sink))
+            piece = compile_piece(f"{name}.{sub}", part, inputs, config, made)
+            setattr(module, sub, _CompiledModule(piece))
+    sink.extend(made)
     return module
 
 
-class _LazyPiece(torch.nn.Module):
-    """A piece compiled by Inductor at its first call with each new `_signature` of its
-    arguments.  Inductor compiles for the arguments it gets (static shapes), so a piece of a
-    dynamic-shape graph called with another token count needs its own compile (the code of
-    the first one asserts its sizes)."""
+def _piece_inputs(module: GraphModule, example_inputs: Sequence[Any]) -> dict[str, list[Any]]:
+    """The inputs each piece of ``module`` gets, as fake values: Dynamo's example inputs
+    (fake, with symbolic sizes where Dynamo made them dynamic) run through ``module``.
 
-    def __init__(self, name: str, part: GraphModule, config: Any, sink: list[Any]) -> None:
+    Why: a piece compiled for these compiles once for every size Dynamo's guards admit, like
+    the whole graph; compiled from the real arguments of its first call it knew no shape
+    environment, so ``torch.compile(dynamic=True)`` failed on the ``.item()`` of a float
+    Dynamo had made an input (LayerNorm's ``eps``)."""
+    found: dict[str, list[Any]] = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def call_module(self, target: Any, args: Any, kwargs: Any) -> Any:
+            found[str(target)] = list(args)
+            return super().call_module(target, args, kwargs)
+
+    with internals.faking(example_inputs) as fake:
+        Recorder(module).run(*map(fake, example_inputs))
+    return found
+
+
+class _CompiledModule(torch.nn.Module):
+    """A compiled piece in the place of its submodule (the stitching module calls modules)."""
+
+    def __init__(self, compiled: Callable[..., Any]) -> None:
         super().__init__()
-        self.piece_name, self.part, self.config, self.sink = name, part, config, sink
-        self.compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
+        self.compiled = compiled
 
     def forward(self, *args: Any) -> Any:
-        key = _signature(args)
-        compiled = self.compiled.get(key)
-        if compiled is None:
-            compiled = compile_piece(self.piece_name, self.part, args, self.config, self.sink)
-            self.compiled[key] = compiled
-        return compiled(*args)
-
-
-def _signature(args: Sequence[Any]) -> tuple[Any, ...]:
-    """What Inductor's code for ``args`` depends on: each tensor's size, stride, dtype and
-    device, and every other argument's value."""
-    return tuple(
-        (tuple(a.shape), a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else repr(a)
-        for a in args
-    )
+        return self.compiled(*args)
 
 
 __all__ = ["CompiledPiece", "compile_graph_with_inductor", "compile_piece", "make_pass"]

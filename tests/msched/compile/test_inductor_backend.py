@@ -17,8 +17,10 @@ import textwrap
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 import msched
+import msched.compile.pieces
 from msched.compile import _inductor_internals as internals
 from msched.compile import inductor_backend, order_records
 from msched.compile.compiler import MschedBackend
@@ -142,39 +144,73 @@ def test_a_cpu_piece_can_run_its_record_stream_calls() -> None:
     assert torch.ops.streams.record_stream.default(buffer, stream_index(1)) is None
 
 
-def test_a_piece_of_a_dynamic_graph_compiles_for_each_new_shape(monkeypatch) -> None:
-    """Inductor compiles a piece for the arguments of its first call (static shapes): the
-    piece of a dynamic-shape graph called with another token count gets its own compile
-    instead of code that asserts the first call's sizes."""
-    compiled_for = []
+class _NormedAttention(torch.nn.Module):
+    """LayerNorm, q/k/v, msched's attention op (the split op), two Linears after it."""
 
-    def compile_piece(name, part, args, config, sink):
-        shape = args[0].shape
-        compiled_for.append(tuple(shape))
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(HIDDEN)
+        self.q, self.k, self.v = (torch.nn.Linear(HIDDEN, HIDDEN) for _ in range(3))
+        self.up, self.gate = torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Linear(HIDDEN, HIDDEN)
 
-        def run(x):
-            assert x.shape == shape, f"code for {tuple(shape)} called with {tuple(x.shape)}"
-            return x + 1
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(x)
+        out = torch.empty_like(h)
+        torch.ops.msched.attention(self.q(h), self.k(h), self.v(h), out)
+        return self.up(out) * torch.sigmoid(self.gate(out)) + x
 
-        return run
 
-    monkeypatch.setattr(inductor_backend, "compile_piece", compile_piece)
-    piece = inductor_backend._LazyPiece("graph0.submod_0", None, None, [])
-    for tokens in (4, 8, 4):
-        assert torch.equal(piece(torch.zeros(tokens, 2)), torch.ones(tokens, 2))
-    assert compiled_for == [(4, 2), (8, 2)]
+@pytest.mark.slow
+@pytest.mark.parametrize("dynamic", ["dynamic=True", "mark_dynamic"])
+def test_the_pieces_of_a_dynamic_graph_compile_once_for_every_size(dynamic) -> None:
+    """Pieces are compiled from Dynamo's fake inputs, symbolic sizes included.  Compiled
+    from the real arguments of their first call, ``dynamic=True`` failed (LayerNorm's
+    ``eps``, made an input, is read by ``.item()``, which needs Dynamo's shape environment)
+    and ``mark_dynamic`` compiled every piece again for each token count."""
+    torch.manual_seed(0)
+    model = _NormedAttention().eval()
+    b = msched.backend(num_streams=2, compiler="inductor", piecewise=True)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=b, dynamic=dynamic == "dynamic=True")
+    with torch.no_grad():
+        for tokens in (3, 5, 8):
+            x = torch.randn(tokens, HIDDEN)
+            if dynamic == "mark_dynamic":
+                torch._dynamo.mark_dynamic(x, 0)
+            torch.testing.assert_close(compiled(x), model(x))
+    assert [p.name for p in b.pieces] == ["graph0.submod_0", "graph0.submod_2"]
+    assert all(p.report is not None and p.report.ok for p in b.pieces)
+
+
+def test_piece_inputs_are_fake_and_the_split_ops_never_run_on_real_tensors() -> None:
+    """The split graph runs on fake values only: run on the real example inputs, the split
+    op (a capture into a buffer) would have written the caller's buffer at compile time."""
+
+    def program(x: torch.Tensor, capture: torch.Tensor) -> torch.Tensor:
+        h = x * 2
+        torch.ops.msched.inplace_slice_copy(capture, h, 0, 4)
+        return h + 1
+
+    gm = torch.fx.symbolic_trace(program)
+    split = msched.compile.pieces.split_pieces(gm, ("msched::inplace_slice_copy",))
+    x, capture = torch.ones(2, 4), torch.zeros(2, 8)
+    inputs = inductor_backend._piece_inputs(split, [x, capture])
+    assert sorted(inputs) == ["submod_0", "submod_1", "submod_2"]
+    values = [v for args in inputs.values() for v in args]
+    assert values and all(isinstance(v, FakeTensor) for v in values)
+    assert torch.equal(capture, torch.zeros(2, 8))
 
 
 @pytest.mark.slow
 def test_a_piece_compiled_again_returns_what_its_graph_returns() -> None:
     """``compile_fx`` makes a graph that returns one tensor return a tuple, in place: the
-    second compile of a piece (another shape) returned a list instead of the tensor."""
+    second compile of a piece (a cold compile after a cache hit) returned a list instead of
+    the tensor."""
     part = torch.fx.symbolic_trace(lambda x: (x * 2).relu())
-    b = msched.backend(num_streams=1, compiler="inductor")
-    piece = inductor_backend._LazyPiece("graph0.submod_0", part, b.config, [])
+    config = msched.backend(num_streams=1, compiler="inductor").config
     for tokens in (3, 5):
         x = torch.randn(tokens, 4)
-        got = piece(x)
+        got = inductor_backend.compile_piece("graph0.submod_0", part, [x], config, [])(x)
         assert isinstance(got, torch.Tensor) and torch.equal(got, (x * 2).relu())
 
 
