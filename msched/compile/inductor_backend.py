@@ -228,7 +228,7 @@ def _compile_renewed(
 
 def _own_copy(gm: GraphModule) -> GraphModule:
     """``gm`` with a graph of its own: ``compile_fx`` rewrites a graph that returns no tuple
-    to return a flat one, so compiling the same piece again (a new shape, a cold compile after
+    to return a flat one, so compiling the same piece again (a renewed or cold compile after
     a cache hit) would return a list where the graph returned a tensor."""
     return GraphModule(gm, copy.deepcopy(gm.graph))
 
