@@ -133,6 +133,9 @@ class ScheduledNode:
     outputs excluded), ``mutates`` those it writes in place (``(buffer, mutated)`` pairs).
     ``kind`` is ``"kernel"``, ``"extern"``, ``"stream"`` or ``"alias"`` (no code: a new name
     for buffers another node wrote, ``mutates`` says which).
+    ``name`` is Inductor's name of the node, or of a fused node's first node: which nodes
+    Inductor fuses into a kernel's tail (so its joined name) can depend on what the process
+    compiled before, which made a snapshot of a piece depend on the tests run before it.
     ``stream_op`` is the ``torch.ops.streams`` overload and ``stream_args`` its constant
     arguments when the node is a stream op.  ``origins`` names the post-grad FX nodes it
     computes.
@@ -279,6 +282,7 @@ def _scheduled_node(scheduler: Any, node: Any, to_table: dict[int, int]) -> Sche
     from torch._inductor import ir
 
     inner = list(node.get_nodes())
+    name = inner[0].get_name() if len(inner) > 1 else node.get_name()
     stream_index = scheduler.node_to_stream.get(node, 0)
     stream = to_table.get(stream_index) if stream_index else None
     outputs = tuple(node.get_buffer_names())
@@ -294,7 +298,7 @@ def _scheduled_node(scheduler: Any, node: Any, to_table: dict[int, int]) -> Sche
     op = getattr(kernel, "op_overload", None) if isinstance(kernel, ir.FallbackKernel) else None
     if op is not None and getattr(op, "namespace", None) == "streams":
         return ScheduledNode(
-            node.get_name(), "stream", stream, outputs, reads, mutates, origins,
+            name, "stream", stream, outputs, reads, mutates, origins,
             op, tuple(kernel.constant_args),  # type: ignore[union-attr]
         )  # fmt: skip
     no_code = (ir.MutationOutput, *_optional(ir, "OrderingBarrier"))
@@ -304,7 +308,7 @@ def _scheduled_node(scheduler: Any, node: Any, to_table: dict[int, int]) -> Sche
         kind = "extern"
     else:
         kind = "kernel"
-    return ScheduledNode(node.get_name(), kind, stream, outputs, reads, mutates, origins)
+    return ScheduledNode(name, kind, stream, outputs, reads, mutates, origins)
 
 
 def _optional(module: Any, name: str) -> tuple[type, ...]:
