@@ -11,7 +11,8 @@ For each graph Dynamo hands the backend:
    arguments it gets (split calls run as they are).  Without, the graph is one piece, compiled now.
 2. ``compile_fx`` with msched's `MschedPass` as ``post_grad_custom_post_pass``: re-inplace
    (`msched.compile._reinplace`), `msched.schedule`, `native_streams.to_native`, and (unless
-   a test turns it off) `native_streams.tie_waits`.  Its ``uuid()`` covers msched's version,
+   a test turns it off) `native_streams.tie_waits`.  Its ``uuid()`` covers msched's version
+   and a hash of its source files (`source_digest`: an edited checkout is another build),
    the stream count, the cost model and every option, so Inductor's caches never hand one
    build's code to another.
 3. While Inductor generates code, buffers read on another stream than the one that made them
@@ -31,12 +32,14 @@ For each graph Dynamo hands the backend:
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import importlib.metadata
 import re
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -63,6 +66,26 @@ def _version() -> str:
         return "unknown"
 
 
+def source_digest(root: Path) -> str:
+    """SHA-256 over the ``.py`` files under ``root``: each one's path relative to ``root``
+    and its bytes, in sorted path order (lengths included, so no two trees hash alike)."""
+    digest = hashlib.sha256()
+    files = sorted((p.relative_to(root).as_posix(), p) for p in root.rglob("*.py"))
+    for relative, path in files:
+        for part in (relative.encode("utf-8"), path.read_bytes()):
+            digest.update(len(part).to_bytes(8, "big"))
+            digest.update(part)
+    return digest.hexdigest()
+
+
+@functools.cache
+def _msched_source_digest() -> str:
+    """`source_digest` of the msched package this process imported (once per process).
+    Why: the installed version is "unknown" from a PYTHONPATH checkout and stays the same
+    when an editable install is edited, so only msched's code tells its builds apart."""
+    return source_digest(Path(__file__).resolve().parent.parent)
+
+
 @dataclass
 class _PassResult:
     """What the pass left for the piece (set while Inductor compiles)."""
@@ -85,8 +108,8 @@ def _build_key(config: Any) -> str:
     if cost is not None and hasattr(cost, "__dataclass_fields__"):
         cost_text += repr(cost)
     parts = (
-        "msched", _version(), config.num_streams, cost_text, config.exit_edges,
-        config.tie_waits, config.guard_reuse,
+        "msched", _version(), _msched_source_digest(), config.num_streams, cost_text,
+        config.exit_edges, config.tie_waits, config.guard_reuse,
     )  # fmt: skip
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -200,6 +201,51 @@ def test_renewing_a_build_changes_its_pass_key_only(tmp_path, monkeypatch) -> No
     assert inductor_backend._pass_key(two) != before[0]
     assert inductor_backend._pass_key(three) == before[1]
     assert inductor_backend._pass_key(two) == inductor_backend._pass_key(two)  # stable
+
+
+def _uuid(config) -> str:
+    return inductor_backend.make_pass(config, inductor_backend._PassResult()).uuid()
+
+
+def test_the_pass_key_covers_mscheds_source(tmp_path, monkeypatch) -> None:
+    """The key held msched's installed version only: "unknown" from a PYTHONPATH checkout,
+    and the same after an edit of an editable install, so Inductor's cache could serve
+    code an older msched built."""
+    monkeypatch.setattr(internals, "inductor_cache_dir", lambda: str(tmp_path))
+    config = msched.backend(num_streams=2, compiler="inductor").config
+    before = _uuid(config)
+    assert _uuid(config) == before  # the same code, the same key
+    monkeypatch.setattr(inductor_backend, "_msched_source_digest", lambda: "edited")
+    assert _uuid(config) != before
+
+
+def test_the_source_digest_changes_with_a_files_content_or_name(tmp_path) -> None:
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "a.py").write_text("X = 1\n")
+    (package / "notes.txt").write_text("not code")
+    digest = inductor_backend.source_digest(package)
+    assert inductor_backend.source_digest(package) == digest
+    (package / "notes.txt").write_text("still not code")
+    assert inductor_backend.source_digest(package) == digest
+    (package / "sub" / "a.py").write_text("X = 2\n")
+    edited = inductor_backend.source_digest(package)
+    assert edited != digest
+    (package / "sub" / "a.py").rename(package / "sub" / "b.py")
+    assert inductor_backend.source_digest(package) not in (digest, edited)
+
+
+def test_mscheds_source_digest_is_computed_once_per_process(monkeypatch) -> None:
+    calls: list[object] = []
+    monkeypatch.setattr(inductor_backend, "source_digest", lambda root: calls.append(root) or "d")
+    inductor_backend._msched_source_digest.cache_clear()
+    try:
+        assert inductor_backend._msched_source_digest() == "d"
+        assert inductor_backend._msched_source_digest() == "d"
+        assert calls == [Path(msched.__file__).resolve().parent]
+    finally:
+        inductor_backend._msched_source_digest.cache_clear()
 
 
 @pytest.mark.parametrize("failure", ["unwritable", "still a hit"])
