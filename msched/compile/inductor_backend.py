@@ -25,7 +25,8 @@ For each graph Dynamo hands the backend:
    the pass key (`order_records.renew`): Inductor misses, and its fresh entry and the order
    read now are kept together, so the next build is a verified hit.
 5. Each call writes the piece's streams and events into Dynamo's table
-   (`native_streams.NativeStreams`); on CPU the output module's stream variables, which
+   (`native_streams.NativeStreams`) and runs the code, under one process-wide lock (the
+   table is shared; see `CompiledPiece`); on CPU the output module's stream variables, which
    Inductor declares only for GPUs, are set to CPU stand-ins.
 """
 
@@ -36,6 +37,7 @@ import functools
 import hashlib
 import importlib.metadata
 import re
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -148,8 +150,22 @@ def _drop_stale_eager_values(gm: GraphModule) -> None:
             node.meta.pop("eager_input_vals", None)
 
 
+#: Held by every `CompiledPiece` call from installing its streams and events to the return
+#: of the compiled code: the table they go into is one per process (Dynamo's), at indices
+#: every msched build shares, so two pieces called from two threads could each run with
+#: the other's streams.  Re-entrant: compiled code that calls another piece holds it already.
+_CALL_LOCK = threading.RLock()
+
+
 class CompiledPiece:
-    """One piece compiled by Inductor: runs the output with its streams installed."""
+    """One piece compiled by Inductor: runs the output with its streams installed.
+
+    A call installs the piece's streams and events in Dynamo's process-wide table and runs
+    the compiled code under `_CALL_LOCK`, so a call from another thread cannot install its
+    own in between.  Only the host side is serialized: on CUDA the lock is released once
+    the kernels are launched (they run asynchronously on their streams), so pieces of two
+    threads still overlap on the device; on CPU the calls run one after the other.
+    """
 
     def __init__(
         self, compiled: Callable[..., Any], streams: NativeStreams, num_streams: int, events: int
@@ -160,8 +176,9 @@ class CompiledPiece:
         self.num_events = events
 
     def __call__(self, *args: Any) -> Any:
-        self.streams.install(self.num_streams, self.num_events)
-        return self.compiled(*args)
+        with _CALL_LOCK:
+            self.streams.install(self.num_streams, self.num_events)
+            return self.compiled(*args)
 
 
 def compile_piece(

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -177,6 +178,51 @@ def test_a_piece_compiled_again_returns_what_its_graph_returns() -> None:
         x = torch.randn(tokens, 4)
         got = piece(x)
         assert isinstance(got, torch.Tensor) and torch.equal(got, (x * 2).relu())
+
+
+def test_pieces_called_from_two_threads_each_run_with_their_own_streams() -> None:
+    """A call writes its streams into Dynamo's process-wide table, then runs its code: a
+    call from another thread in between wrote its own, and the first piece's code ran on
+    the other piece's streams."""
+    table = internals.external_object_table()
+    inside, b_installed = threading.Event(), threading.Event()
+    seen: dict[str, object] = {}
+
+    class Announcing(NativeStreams):
+        def install(self, num_streams: int, num_events: int) -> None:
+            super().install(num_streams, num_events)
+            b_installed.set()
+
+    def code_a(*args):
+        inside.set()
+        b_installed.wait(timeout=1.0)  # B installs now, unless A's call holds the table
+        seen["a"] = table[stream_index(1)]()
+
+    def code_b(*args):
+        seen["b"] = table[stream_index(1)]()
+
+    cpu = torch.device("cpu")
+    streams_a, streams_b = NativeStreams(cpu), Announcing(cpu)
+    piece_a = inductor_backend.CompiledPiece(code_a, streams_a, 2, 0)
+    piece_b = inductor_backend.CompiledPiece(code_b, streams_b, 2, 0)
+    thread = threading.Thread(target=lambda: inside.wait(timeout=10) and piece_b())
+    thread.start()
+    piece_a()
+    thread.join(timeout=10)
+    assert seen["a"] is streams_a.stream(1)
+    assert seen["b"] is streams_b.stream(1)
+
+
+def test_a_piece_can_call_another_piece_from_its_code() -> None:
+    """The lock is re-entrant: compiled code that calls another piece does not deadlock."""
+    cpu = torch.device("cpu")
+    inner = inductor_backend.CompiledPiece(lambda x: x + 1, NativeStreams(cpu), 2, 0)
+    outer = inductor_backend.CompiledPiece(lambda x: inner(x) * 2, NativeStreams(cpu), 2, 0)
+    got: list[int] = []
+    thread = threading.Thread(target=lambda: got.append(outer(1)), daemon=True)
+    thread.start()
+    thread.join(timeout=10)  # a lock that is not re-entrant hangs here
+    assert got == [4]
 
 
 def test_a_cached_piece_installs_the_events_its_stream_ops_name_only() -> None:
