@@ -13,8 +13,8 @@ here is that code, kernel by kernel, in the order the wrapper calls them:
    and returns one fresh tensor per new buffer (``getitem`` of it): each a storage of its
    own, also when the kernel writes (`register_fresh_results`; read as ``out=`` results,
    they were aliases of what it writes, and a write into one of them a race with a read
-   of another).  A node on a user
-   stream carries ``meta["custom"]["stream"]`` (its table index); none means the caller's.
+   of another).  A node on a user stream carries ``meta["custom"]["stream"]`` (its table
+   index); none means the caller's.
 3. ``output`` returns the storages of the graph's outputs, then those of the buffers the
    output code allocates and never frees (`kept_until_return`): Inductor frees a buffer with
    ``del`` after its last use, except one it must never reuse (msched's guard keeps every
