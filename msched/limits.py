@@ -13,7 +13,9 @@ id a scheduled graph may name.  Why 64:
   for (decoder layers) have a handful of independent branches per layer.
 
 `positive_int` is the single check of "an int >= 1 (and at most ``maximum``)": bools and other
-types are refused, as are floats with an integral value.  `check_num_streams` applies it to a
+types are refused, as are floats with an integral value.  `check_flag` is the one check of a
+flag argument (``verify``, ``piecewise``, ``exit_edges``): True or False only, so that
+``verify="no"`` is an error, not a truthy string.  `check_num_streams` applies it to a
 stream count with `MAX_STREAMS` as the bound; `msched.schedule`, `msched.verify`, the
 backend, the CLI and the pytest plugin all call it, so they agree on what they accept.
 """
@@ -41,6 +43,16 @@ def positive_int(value: object, name: str, maximum: int | None = None, why: str 
     if maximum is not None and value > maximum:
         reason = f": {why}" if why else ""
         raise InvalidArgumentError(f"{name} must be <= {maximum}, got {value}{reason}")
+    return value
+
+
+def check_flag(value: object, name: str) -> bool:
+    """Return ``value`` if it is a bool; raise `InvalidArgumentError` naming ``name`` and the
+    value if not (``"no"``, ``0`` or ``None`` would otherwise count by their truth value)."""
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(
+            f"{name} must be True or False, got {value!r} ({type(value).__name__})"
+        )
     return value
 
 

@@ -54,6 +54,9 @@ _REGISTERED_MUTATIONS: dict[Any, tuple[str, ...]] = {}
 _REGISTERED_SIDE_EFFECTS: set[Any] = set()
 # targets declared pure: read their inputs, write nothing, return fresh storage.
 _REGISTERED_PURE: set[Any] = set()
+# ops whose results are new storages although they write arguments in place (each element
+# of a list result its own): `register_fresh_results`.
+_REGISTERED_FRESH_RESULTS: set[Any] = set()
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,8 @@ class _OpInfo:
     view_of_first: bool = False
     # the result aliases the written argument the node passes (in-place and out= calls)
     returns_written: bool = False
+    # the results are new storages although it writes arguments (`register_fresh_results`)
+    fresh_results: bool = False
     # the result has storage of its own that may also be its first input's (``x.float()``)
     maybe_alias: bool = False
     # nothing is known: reads and writes every tensor it receives, result may alias them
@@ -328,6 +333,20 @@ def register_pure(op: Any) -> None:
     _OP_INFO_CACHE.clear()
 
 
+def register_fresh_results(op: Any) -> None:
+    """Declare that every result of the ``OpOverload`` ``op`` (each element of a list result)
+    is a new storage, although ``op`` writes some arguments in place.
+
+    Without it, the results of a multi-output op that writes are read as aliases of what it
+    writes (``out=`` tensors come back that way).  For ops whose schema cannot say it: a
+    ``Tensor[]`` result carries no alias set of its own (msched's kernel-order ops)."""
+    _check_target("register_fresh_results", op)
+    if not isinstance(op, OpOverload):
+        raise InvalidArgumentError(f"register_fresh_results needs an OpOverload, got {op!r}")
+    _REGISTERED_FRESH_RESULTS.add(op)
+    _OP_INFO_CACHE.clear()
+
+
 def _argument_names(op: Any) -> list[str] | None:
     if isinstance(op, OpOverload):
         return [a.name for a in schema_of(op).arguments]
@@ -378,6 +397,7 @@ def overload_info(op: Any) -> _OpInfo:
         side_effect=side,
         world=_is_random(op) or registered_side,
         swaps_storage=schema.name in _STORAGE_SWAPS,
+        fresh_results=op in _REGISTERED_FRESH_RESULTS,
     )
 
 

@@ -204,8 +204,8 @@ class _Walk:
                 first = _first_argument(node)
                 if isinstance(first, Node):
                     self._alias(node, (self.root[first],))
-            if written and info.multi_output:  # out= tensors come back through getitem
-                self._alias(node, written)
+            if written and info.multi_output and not info.fresh_results:
+                self._alias(node, written)  # out= tensors come back through getitem
             if info.swaps_storage:
                 self._swap(node)
         if self.writes[node] or info.side_effect or _is_impure(node):
@@ -275,7 +275,11 @@ class _Walk:
         if not isinstance(parent, Node):
             return node
         info = _op_info(parent)
-        if info is not None and info.multi_output and not self.writes.get(parent):
+        if (
+            info is not None
+            and info.multi_output
+            and (info.fresh_results or not self.writes.get(parent))
+        ):
             if isinstance(index, int) and 0 <= index < len(info.return_alias):
                 alias = info.return_alias[index]
                 if alias is not None:

@@ -69,7 +69,7 @@ from msched.errors import (
     PieceVerificationError,
     TrainingGraphError,
 )
-from msched.limits import check_num_streams
+from msched.limits import check_flag, check_num_streams
 from msched.proof.verifier import verify
 from msched.runtime import StreamRuntime
 from msched.scheduling.pipeline import schedule
@@ -220,8 +220,9 @@ def backend(
     ablation of `msched.schedule` that reproduces the Eagle3 bug (for tests and benchmarks).
     ``compiler`` is ``"fx"`` (the scheduled graph runs op by op) or ``"inductor"`` (Inductor
     compiles every piece with msched's streams kept and ``verify`` checks its final kernel
-    order; `msched.compile.inductor_backend`).  Bad arguments raise `InvalidArgumentError`
-    here, not at compile time.  See the module docstring.
+    order; `msched.compile.inductor_backend`).  ``piecewise``, ``verify`` and ``exit_edges`` are
+    True or False (any other value, ``"no"`` or ``0`` too, is refused).  Bad arguments raise
+    `InvalidArgumentError` here, not at compile time.  See the module docstring.
     """
     check_num_streams(num_streams)
     if compiler not in COMPILERS:
@@ -230,9 +231,10 @@ def backend(
         )
     ops = _check_split_ops(split_ops) if split_ops is not None else DEFAULT_SPLIT_OPS
     check_cost_model(cost_model)
-    config = BackendConfig(
-        num_streams, bool(piecewise), ops, bool(verify), cost_model, bool(exit_edges), compiler
-    )
+    flags = {"piecewise": piecewise, "verify": verify, "exit_edges": exit_edges}
+    for flag, value in flags.items():
+        check_flag(value, flag)
+    config = BackendConfig(num_streams, piecewise, ops, verify, cost_model, exit_edges, compiler)
     return MschedBackend(config)
 
 

@@ -11,7 +11,8 @@ For each graph Dynamo hands the backend:
    graph); the split calls run as they are.  Without, the graph is one piece, compiled now.
 2. ``compile_fx`` with msched's `MschedPass` as ``post_grad_custom_post_pass``: re-inplace
    (`msched.compile._reinplace`), `msched.schedule`, `native_streams.to_native`, and (unless
-   a test turns it off) `native_streams.tie_waits`.  Its ``uuid()`` covers msched's version,
+   a test turns it off) `native_streams.tie_waits`.  Its ``uuid()`` covers msched's version
+   and a hash of its source files (`source_digest`: an edited checkout is another build),
    the stream count, the cost model and every option, so Inductor's caches never hand one
    build's code to another.
 3. While Inductor generates code, buffers read on another stream than the one that made them
@@ -24,19 +25,23 @@ For each graph Dynamo hands the backend:
    the pass key (`order_records.renew`): Inductor misses, and its fresh entry and the order
    read now are kept together, so the next build is a verified hit.
 5. Each call writes the piece's streams and events into Dynamo's table
-   (`native_streams.NativeStreams`); on CPU the output module's stream variables, which
+   (`native_streams.NativeStreams`) and runs the code, under one process-wide lock (the
+   table is shared; see `CompiledPiece`); on CPU the output module's stream variables, which
    Inductor declares only for GPUs, are set to CPU stand-ins.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import importlib.metadata
 import re
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -63,6 +68,26 @@ def _version() -> str:
         return "unknown"
 
 
+def source_digest(root: Path) -> str:
+    """SHA-256 over the ``.py`` files under ``root``: each one's path relative to ``root``
+    and its bytes, in sorted path order (lengths included, so no two trees hash alike)."""
+    digest = hashlib.sha256()
+    files = sorted((p.relative_to(root).as_posix(), p) for p in root.rglob("*.py"))
+    for relative, path in files:
+        for part in (relative.encode("utf-8"), path.read_bytes()):
+            digest.update(len(part).to_bytes(8, "big"))
+            digest.update(part)
+    return digest.hexdigest()
+
+
+@functools.cache
+def _msched_source_digest() -> str:
+    """`source_digest` of the msched package this process imported (once per process).
+    Why: the installed version is "unknown" from a PYTHONPATH checkout and stays the same
+    when an editable install is edited, so only msched's code tells its builds apart."""
+    return source_digest(Path(__file__).resolve().parent.parent)
+
+
 @dataclass
 class _PassResult:
     """What the pass left for the piece (set while Inductor compiles)."""
@@ -85,8 +110,8 @@ def _build_key(config: Any) -> str:
     if cost is not None and hasattr(cost, "__dataclass_fields__"):
         cost_text += repr(cost)
     parts = (
-        "msched", _version(), config.num_streams, cost_text, config.exit_edges,
-        config.tie_waits, config.guard_reuse,
+        "msched", _version(), _msched_source_digest(), config.num_streams, cost_text,
+        config.exit_edges, config.tie_waits, config.guard_reuse,
     )  # fmt: skip
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
@@ -125,8 +150,22 @@ def _drop_stale_eager_values(gm: GraphModule) -> None:
             node.meta.pop("eager_input_vals", None)
 
 
+#: Held by every `CompiledPiece` call from installing its streams and events to the return
+#: of the compiled code: the table they go into is one per process (Dynamo's), at indices
+#: every msched build shares, so two pieces called from two threads could each run with
+#: the other's streams.  Re-entrant: compiled code that calls another piece holds it already.
+_CALL_LOCK = threading.RLock()
+
+
 class CompiledPiece:
-    """One piece compiled by Inductor: runs the output with its streams installed."""
+    """One piece compiled by Inductor: runs the output with its streams installed.
+
+    A call installs the piece's streams and events in Dynamo's process-wide table and runs
+    the compiled code under `_CALL_LOCK`, so a call from another thread cannot install its
+    own in between.  Only the host side is serialized: on CUDA the lock is released once
+    the kernels are launched (they run asynchronously on their streams), so pieces of two
+    threads still overlap on the device; on CPU the calls run one after the other.
+    """
 
     def __init__(
         self, compiled: Callable[..., Any], streams: NativeStreams, num_streams: int, events: int
@@ -137,8 +176,9 @@ class CompiledPiece:
         self.num_events = events
 
     def __call__(self, *args: Any) -> Any:
-        self.streams.install(self.num_streams, self.num_events)
-        return self.compiled(*args)
+        with _CALL_LOCK:
+            self.streams.install(self.num_streams, self.num_events)
+            return self.compiled(*args)
 
 
 def compile_piece(

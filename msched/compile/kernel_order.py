@@ -10,8 +10,11 @@ here is that code, kernel by kernel, in the order the wrapper calls them:
    ...) with its table indices, or a call of ``msched::inductor_kernel(name, reads)`` (or
    ``msched::inductor_kernel_writes(name, reads, writes)``), which reads ``reads``, writes
    ``writes`` in place (buffers it mutates, and the memory it writes a reused buffer into)
-   and returns one fresh tensor per new buffer (``getitem`` of it).  A node on a user
-   stream carries ``meta["custom"]["stream"]`` (its table index); none means the caller's.
+   and returns one fresh tensor per new buffer (``getitem`` of it): each a storage of its
+   own, also when the kernel writes (`register_fresh_results`; read as ``out=`` results,
+   they were aliases of what it writes, and a write into one of them a race with a read
+   of another).  A node on a user stream carries ``meta["custom"]["stream"]`` (its table
+   index); none means the caller's.
 3. ``output`` returns the storages of the graph's outputs, then those of the buffers the
    output code allocates and never frees (`kept_until_return`): Inductor frees a buffer with
    ``del`` after its last use, except one it must never reuse (msched's guard keeps every
@@ -33,6 +36,7 @@ from typing import Any
 import torch
 from torch.fx import Graph, GraphModule, Node
 
+from msched.analysis._targets import register_fresh_results
 from msched.compile._inductor_internals import FinalOrder, ScheduledNode
 from msched.proof.torch_streams import CALLER_META
 
@@ -45,6 +49,9 @@ _lib.define("inductor_kernel_writes(str name, Tensor[] reads, Tensor(a!)[] write
 KERNEL = torch.ops.msched.inductor_kernel.default
 KERNEL_WRITES = torch.ops.msched.inductor_kernel_writes.default
 KERNELS = (KERNEL, KERNEL_WRITES)
+# The new buffers of a kernel that also writes buffers (in place, or a reused buffer's
+# memory) are storages of their own, not aliases of what it writes.
+register_fresh_results(KERNEL_WRITES)
 #: ``node.meta`` key of a kernel node: its `ScheduledNode`.
 KERNEL_META = "msched_kernel"
 

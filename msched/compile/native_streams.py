@@ -233,7 +233,10 @@ class NativeStreams:
 
     def install(self, num_streams: int, num_events: int) -> None:
         """Write this graph's streams and events into Dynamo's table (before every call:
-        Dynamo's frame prologue clears entries it did not register)."""
+        Dynamo's frame prologue clears entries it did not register).  The table is one per
+        process and every build uses the same indices: a caller keeps the table as installed
+        until its code has run (`msched.compile.inductor_backend.CompiledPiece` holds a lock
+        from here to the return of the code)."""
         from msched.compile._inductor_internals import external_object_table
 
         table = external_object_table()

@@ -19,7 +19,9 @@ A record is one JSON file ``<cache dir>/msched_orders/<sha256>.json`` holding th
 `FinalOrder` without its module, and the record format's version; a record of another
 version, one that does not parse, or one that does not fit the code (`matches_code`: other
 stream-op calls, other streams) counts as missing.  Writes go to a temporary file that
-is renamed into place, so a reader never sees half a record.
+is renamed into place, so a reader never sees half a record; a record gets the mode of any
+file the process writes (``0o666`` less its umask), so a cache folder shared by several users
+serves all of them.
 """
 
 from __future__ import annotations
@@ -58,15 +60,28 @@ def save_order(order: FinalOrder, directory: Path | None = None) -> Path:
 
 
 def _write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path`` and rename it into place.  The file
+    gets the mode a plain ``open(path, "w")`` would (``0o666`` less the umask), not
+    ``mkstemp``'s ``0o600``: on a cache folder shared by a team or CI runners, other users
+    must be able to read the records, or every hit of theirs warns and compiles again."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process umask (read by setting it, the only portable way; the stricter value set
+    for that moment never loosens a file another thread creates meanwhile)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
 
 
 def _generation_path(key: str, directory: Path | None) -> Path:

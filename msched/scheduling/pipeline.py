@@ -16,7 +16,7 @@ from msched.analysis.cost import CostModel, DefaultCostModel, check_cost_model
 from msched.analysis.dag import Dag, build_dag
 from msched.analysis.nodes import node_named
 from msched.errors import InvalidArgumentError, InvalidGraphError
-from msched.limits import check_num_streams
+from msched.limits import check_flag, check_num_streams
 from msched.proof.dialects import Dialect
 from msched.scheduling.assign import (
     Assignment,
@@ -176,8 +176,10 @@ def schedule(
 
     ``exit_edges=False``, an ablation for tests and benchmarks, builds the Dag without exit
     edges: it reproduces the Eagle3 bug msched exists to prevent, which `msched.verify` reports.
+    ``exit_edges`` is True or False; anything else is an `msched.InvalidArgumentError`.
     """
     _check_arguments(gm, num_streams, cost_model)
+    check_flag(exit_edges, "exit_edges")
     limit = check_effort(effort, time_limit)
     dag = build_dag(gm, exit_edges=exit_edges)
     _check_unscheduled(gm.graph)

@@ -286,3 +286,39 @@ def test_torch_functions_take_effects_from_their_aten_schemas() -> None:
     assert eff.writes[mul] == () and eff.root[mul] is mul
     assert eff.writes[out] == (c,) and eff.root[out] is c
     assert eff.root[view] is x and eff.reads[view] == ()
+
+
+_fresh_lib = torch.library.Library("msched_test_fresh", "FRAGMENT")
+_fresh_lib.define("make_and_write(Tensor x, Tensor(a!)[] writes) -> Tensor[]")
+
+
+def test_registered_fresh_results_of_a_writing_op_are_storages_of_their_own() -> None:
+    """Results of a multi-output op that writes are read as ``out=`` results (aliases of
+    what it writes) unless the op is declared to return new storages."""
+    from msched.analysis import _targets
+
+    op = torch.ops.msched_test_fresh.make_and_write.default
+    g = Graph()
+    x, dest = g.placeholder("x"), g.placeholder("dest")
+    call = g.call_function(op, (x, [dest]))
+    first = g.call_function(operator.getitem, (call, 0))
+    second = g.call_function(operator.getitem, (call, 1))
+    g.output((first, second))
+    before = compute_effects(g)
+    assert before.root[first] is before.root[second] and dest in before.aliases[before.root[first]]
+    _targets.register_fresh_results(op)
+    try:
+        after = compute_effects(g)
+    finally:
+        _targets._REGISTERED_FRESH_RESULTS.discard(op)
+        _targets._OP_INFO_CACHE.clear()
+    assert (after.root[first], after.root[second]) == (first, second)
+    assert after.writes[call] == (dest,)
+    assert all(dest not in after.aliases.get(n, ()) for n in (call, first, second))
+
+
+def test_register_fresh_results_takes_an_op_overload_only() -> None:
+    from msched.analysis import _targets
+
+    with pytest.raises(msched.InvalidArgumentError, match="needs an OpOverload, got"):
+        _targets.register_fresh_results(torch.ops.msched_test_fresh.make_and_write)

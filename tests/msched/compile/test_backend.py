@@ -542,6 +542,24 @@ def test_backend_rejects_bad_arguments(kwargs: dict[str, Any], match: str) -> No
         msched.backend(**kwargs)
 
 
+@pytest.mark.parametrize("flag", ["piecewise", "verify", "exit_edges"])
+@pytest.mark.parametrize("value", ["no", 0, None, 1])
+def test_backend_refuses_a_flag_that_is_not_a_bool(flag: str, value: object) -> None:
+    """``verify="no"`` was taken as truthy (``bool(verify)``) and verified silently."""
+    expected = f"{flag} must be True or False, got {value!r} ({type(value).__name__})"
+    with pytest.raises(msched.InvalidArgumentError) as refused:
+        msched.backend(**{flag: value})
+    assert str(refused.value) == expected
+
+
+@pytest.mark.parametrize("compiler", ["fx", "inductor"])
+def test_backend_keeps_the_flags_it_is_given(compiler: str) -> None:
+    config = msched.backend(
+        piecewise=True, verify=False, exit_edges=False, compiler=compiler
+    ).config
+    assert (config.piecewise, config.verify, config.exit_edges) == (True, False, False)
+
+
 def test_backend_accepts_a_cost_model() -> None:
     model = msched.DefaultCostModel()
     assert msched.backend(cost_model=model).config.cost_model is model

@@ -14,6 +14,8 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -214,6 +216,51 @@ def test_a_piece_compiled_again_returns_what_its_graph_returns() -> None:
         assert isinstance(got, torch.Tensor) and torch.equal(got, (x * 2).relu())
 
 
+def test_pieces_called_from_two_threads_each_run_with_their_own_streams() -> None:
+    """A call writes its streams into Dynamo's process-wide table, then runs its code: a
+    call from another thread in between wrote its own, and the first piece's code ran on
+    the other piece's streams."""
+    table = internals.external_object_table()
+    inside, b_installed = threading.Event(), threading.Event()
+    seen: dict[str, object] = {}
+
+    class Announcing(NativeStreams):
+        def install(self, num_streams: int, num_events: int) -> None:
+            super().install(num_streams, num_events)
+            b_installed.set()
+
+    def code_a(*args):
+        inside.set()
+        b_installed.wait(timeout=1.0)  # B installs now, unless A's call holds the table
+        seen["a"] = table[stream_index(1)]()
+
+    def code_b(*args):
+        seen["b"] = table[stream_index(1)]()
+
+    cpu = torch.device("cpu")
+    streams_a, streams_b = NativeStreams(cpu), Announcing(cpu)
+    piece_a = inductor_backend.CompiledPiece(code_a, streams_a, 2, 0)
+    piece_b = inductor_backend.CompiledPiece(code_b, streams_b, 2, 0)
+    thread = threading.Thread(target=lambda: inside.wait(timeout=10) and piece_b())
+    thread.start()
+    piece_a()
+    thread.join(timeout=10)
+    assert seen["a"] is streams_a.stream(1)
+    assert seen["b"] is streams_b.stream(1)
+
+
+def test_a_piece_can_call_another_piece_from_its_code() -> None:
+    """The lock is re-entrant: compiled code that calls another piece does not deadlock."""
+    cpu = torch.device("cpu")
+    inner = inductor_backend.CompiledPiece(lambda x: x + 1, NativeStreams(cpu), 2, 0)
+    outer = inductor_backend.CompiledPiece(lambda x: inner(x) * 2, NativeStreams(cpu), 2, 0)
+    got: list[int] = []
+    thread = threading.Thread(target=lambda: got.append(outer(1)), daemon=True)
+    thread.start()
+    thread.join(timeout=10)  # a lock that is not re-entrant hangs here
+    assert got == [4]
+
+
 def test_a_cached_piece_installs_the_events_its_stream_ops_name_only() -> None:
     """A size or stride of seven digits starting with 2 is no event index: counted as one,
     a piece with a (2, 2100000) input installed 100001 events before every call."""
@@ -236,6 +283,51 @@ def test_renewing_a_build_changes_its_pass_key_only(tmp_path, monkeypatch) -> No
     assert inductor_backend._pass_key(two) != before[0]
     assert inductor_backend._pass_key(three) == before[1]
     assert inductor_backend._pass_key(two) == inductor_backend._pass_key(two)  # stable
+
+
+def _uuid(config) -> str:
+    return inductor_backend.make_pass(config, inductor_backend._PassResult()).uuid()
+
+
+def test_the_pass_key_covers_mscheds_source(tmp_path, monkeypatch) -> None:
+    """The key held msched's installed version only: "unknown" from a PYTHONPATH checkout,
+    and the same after an edit of an editable install, so Inductor's cache could serve
+    code an older msched built."""
+    monkeypatch.setattr(internals, "inductor_cache_dir", lambda: str(tmp_path))
+    config = msched.backend(num_streams=2, compiler="inductor").config
+    before = _uuid(config)
+    assert _uuid(config) == before  # the same code, the same key
+    monkeypatch.setattr(inductor_backend, "_msched_source_digest", lambda: "edited")
+    assert _uuid(config) != before
+
+
+def test_the_source_digest_changes_with_a_files_content_or_name(tmp_path) -> None:
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "a.py").write_text("X = 1\n")
+    (package / "notes.txt").write_text("not code")
+    digest = inductor_backend.source_digest(package)
+    assert inductor_backend.source_digest(package) == digest
+    (package / "notes.txt").write_text("still not code")
+    assert inductor_backend.source_digest(package) == digest
+    (package / "sub" / "a.py").write_text("X = 2\n")
+    edited = inductor_backend.source_digest(package)
+    assert edited != digest
+    (package / "sub" / "a.py").rename(package / "sub" / "b.py")
+    assert inductor_backend.source_digest(package) not in (digest, edited)
+
+
+def test_mscheds_source_digest_is_computed_once_per_process(monkeypatch) -> None:
+    calls: list[object] = []
+    monkeypatch.setattr(inductor_backend, "source_digest", lambda root: calls.append(root) or "d")
+    inductor_backend._msched_source_digest.cache_clear()
+    try:
+        assert inductor_backend._msched_source_digest() == "d"
+        assert inductor_backend._msched_source_digest() == "d"
+        assert calls == [Path(msched.__file__).resolve().parent]
+    finally:
+        inductor_backend._msched_source_digest.cache_clear()
 
 
 @pytest.mark.parametrize("failure", ["unwritable", "still a hit"])

@@ -98,3 +98,45 @@ def test_a_layer_norm_feeding_two_streams_compiles_verified() -> None:
     (piece,) = b.pieces
     assert piece.report is not None and piece.report.ok
     assert "stream1" in piece.code
+
+
+class ReusedAndNew(torch.nn.Module):
+    """Two chains of matmuls from one activation ``b``, which is also added into ``cap``.
+    Inductor fuses ``relu`` and ``tanh`` into one kernel that writes ``b`` into a dead
+    buffer's memory and makes the ``tanh`` output anew; the caller's stream then reuses
+    that new buffer's memory while the side stream still reads ``b``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer(
+            "w", torch.randn(16, 16, generator=torch.Generator().manual_seed(0)) / 4
+        )
+
+    def forward(self, x: torch.Tensor, cap: torch.Tensor) -> torch.Tensor:
+        w = self.w
+        b = (((x.sin() @ w).relu() @ w).relu() @ w).relu()
+        y1, y2 = b.cos(), b.tanh()
+        cap.add_(b)
+        return y1 @ w + (((y2 @ w).relu() @ w).relu() @ w).relu() @ w
+
+
+@pytest.mark.slow
+def test_the_new_buffer_of_a_kernel_that_writes_a_reused_buffer_is_its_own() -> None:
+    """Read as an ``out=`` result, the new output of a kernel that also writes a reused
+    buffer was an alias of that memory: the caller's later reuse of it raced with the side
+    stream's read of the reused buffer, and the compile failed verification (torch 2.13 and
+    2.14) although the code is right."""
+    from msched.compile.kernel_order import KERNEL_WRITES
+
+    model = ReusedAndNew()
+    x, cap = torch.randn(16, 16), torch.zeros(16, 16)
+    b = msched.backend(num_streams=2, compiler="inductor")
+    with torch.no_grad():
+        out = torch.compile(model, backend=b)(x, cap)
+        eager_cap = torch.zeros(16, 16)
+        expected = model(x, eager_cap)
+    (piece,) = b.pieces
+    assert piece.report is not None and piece.report.ok, piece.report
+    writing = [n for n in piece.kernel_order.graph.nodes if n.target is KERNEL_WRITES and n.users]
+    assert writing, "no kernel here both writes and makes a buffer: the case is gone"
+    assert torch.allclose(out, expected, atol=1e-5) and torch.allclose(cap, eager_cap)

@@ -171,6 +171,53 @@ def test_the_outputs_of_one_kernel_are_separate_buffers() -> None:
     assert [(v.hazard, set(v.nodes)) for v in races] == [("war", {"k1", "k2"})]
 
 
+WRITING_KERNELS = {
+    # k0 writes x in place and makes buf1 and buf2
+    "in place": ((kernel("k0", ["bufx", "buf1", "buf2"], ["x"], mutates=[("bufx", "x")]),), ()),
+    # k0 writes buf1 into the memory of buf0 (dead after k0) and makes buf2
+    "reuse": ((kernel("k00", ["buf0"], ["x"]), kernel("k0", ["buf1", "buf2"], ["buf0"])),
+              (("buf0", "buf1"),)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("writes", "side_reads", "caller_writes", "race"),
+    [
+        ("in place", "buf1", "buf2", False),
+        ("in place", "buf1", "x", False),
+        ("in place", "x", "x", True),
+        ("in place", "buf1", "buf1", True),
+        ("reuse", "buf1", "buf2", False),
+        ("reuse", "buf2", "buf1", False),
+        ("reuse", "buf1", "buf0", True),
+    ],
+)
+def test_the_new_buffers_of_a_kernel_that_writes_are_buffers_of_their_own(
+    writes, side_reads, caller_writes, race
+) -> None:
+    """A kernel that writes (a buffer in place, or a reused buffer's memory) and makes new
+    buffers: read as ``out=`` results, its new buffers were aliases of what it writes, so
+    the side stream reading one while the caller writes another was a race (a real compile
+    failed so: test_inductor_review.py).  A race on the written memory is still one."""
+    made, reuses = WRITING_KERNELS[writes]
+    nodes = (
+        *made,
+        sync(streams.record_event.default, FORK, CALLER),
+        sync(streams.wait_event.default, FORK, SIDE),
+        kernel("k1", ["buf3"], [side_reads], SIDE),
+        ScheduledNode("record", "stream", None, (), (side_reads,), (), (),
+                      streams.record_stream.default, (SIDE,)),
+        kernel("k2", ["buf4"], [caller_writes], mutates=[("buf4", caller_writes)]),
+        sync(streams.record_event.default, JOIN, SIDE),
+        sync(streams.wait_event.default, JOIN, CALLER),
+        kernel("k5", ["buf5"], ["buf3", "buf1", "buf2"]),
+    )  # fmt: skip
+    report = verify(nodes, ["buf5"], reuses)
+    races = [(v.hazard, set(v.nodes)) for v in report.violations if v.kind == "race"]
+    assert races == ([("war", {"k1", "k2"})] if race else [])
+    assert report.ok is not race
+
+
 # --- Inductor compiles user stream code (CPU: compiled, never run) -----------------------
 
 with msched.cuda_streams_on_cpu():

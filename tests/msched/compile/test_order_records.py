@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
+import stat
 
 import pytest
 import torch
@@ -17,6 +19,7 @@ from msched.compile.order_records import (
     load_order,
     matches_code,
     record_path,
+    renew,
     save_order,
 )
 
@@ -121,6 +124,23 @@ def test_a_failed_write_leaves_no_record_and_no_temporary(tmp_path, monkeypatch)
     with pytest.raises(OSError, match="disk full"):
         save_order(_order(), tmp_path)
     assert list((tmp_path / "msched_orders").iterdir()) == []
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002])
+def test_a_record_gets_the_mode_of_a_plain_file_under_the_umask(tmp_path, umask) -> None:
+    """Written through ``mkstemp``, every record (and generation) was ``0o600``: on a cache
+    folder another user shares, their hits found no readable order and compiled again."""
+    previous = os.umask(umask)
+    try:
+        record = save_order(_order(), tmp_path)
+        renew("a", tmp_path)
+        assert os.umask(umask) == umask  # reading the umask left it as it was
+    finally:
+        os.umask(previous)
+    generation_file = next((tmp_path / "msched_orders").glob("generation-*"))
+    expected = 0o666 & ~umask
+    assert stat.S_IMODE(record.stat().st_mode) == expected
+    assert stat.S_IMODE(generation_file.stat().st_mode) == expected
 
 
 def test_an_order_without_code_is_refused(tmp_path) -> None:

@@ -343,6 +343,17 @@ def test_bad_cost_model_is_rejected_by_name() -> None:
         msched.schedule(gm, 2, cost_model=Negative())
 
 
+def test_exit_edges_must_be_a_bool_and_the_graph_is_left_as_it_was() -> None:
+    """``exit_edges="no"`` was truthy: the Dag kept its exit edges without a word."""
+    gm, _ = eagle3_graph()
+    code = gm.code
+    with pytest.raises(
+        msched.InvalidArgumentError, match=r"exit_edges must be True or False, got 'no' \(str\)"
+    ):
+        msched.schedule(gm, 2, exit_edges="no")  # type: ignore[arg-type]
+    assert gm.code == code
+
+
 def test_the_most_streams_allowed_schedule_and_verify() -> None:
     gm, _ = eagle3_graph()
     sched = msched.schedule(gm, msched.MAX_STREAMS)
