@@ -10,13 +10,8 @@ here is that code, kernel by kernel, in the order the wrapper calls them:
    ...) with its table indices, or a call of ``msched::inductor_kernel(name, reads)`` (or
    ``msched::inductor_kernel_writes(name, reads, writes)``), which reads ``reads``, writes
    ``writes`` in place (buffers it mutates, and the memory it writes a reused buffer into)
-   and returns one fresh tensor per new buffer (``getitem`` of it).  A call that does both
-   is two nodes, ``inductor_kernel`` for its new buffers and then ``inductor_kernel_writes``
-   (named ``<kernel>_writes``): `msched.verify` reads the results of a call with written
-   arguments as those arguments (``out=`` tensors), so one node made its new buffers alias
-   the ones it wrote (a ``race`` between a buffer one stream reads and another it reuses).
-   A node on a user stream carries ``meta["custom"]["stream"]`` (its table index); none
-   means the caller's.
+   and returns one fresh tensor per new buffer (``getitem`` of it).  A node on a user
+   stream carries ``meta["custom"]["stream"]`` (its table index); none means the caller's.
 3. ``output`` returns the storages of the graph's outputs, then those of the buffers the
    output code allocates and never frees (`kept_until_return`): Inductor frees a buffer with
    ``del`` after its last use, except one it must never reuse (msched's guard keeps every
@@ -100,30 +95,21 @@ class _Builder:
         fresh = [b for b in node.outputs if b not in mutated and b not in self.reused_into]
         reads = self._storages(node.reads)
         writes = self._storages(written)
-        if fresh or not writes:
-            call = self._call(KERNEL, (node.name, reads), node, _identifier(node.name))
-            for i, buffer in enumerate(fresh):
-                item = self.graph.call_function(operator.getitem, (call, i))
-                item.name = _identifier(buffer)
-                _set_stream(item, node.stream)
-                self.storage[buffer] = item
-        if writes:
-            # A call that writes and makes new buffers is two nodes: the verifier reads the
-            # results of a call with written arguments as those arguments (``out=``).
-            name = _identifier(node.name) + ("_writes" if fresh else "")
-            self._call(KERNEL_WRITES, (node.name, reads, writes), node, name)
+        args = (node.name, reads, writes) if writes else (node.name, reads)
+        call = self.graph.call_function(KERNEL_WRITES if writes else KERNEL, args)
+        call.name = _identifier(node.name)
+        call.meta[KERNEL_META] = node
+        _set_stream(call, node.stream)
+        for i, buffer in enumerate(fresh):
+            item = self.graph.call_function(operator.getitem, (call, i))
+            item.name = _identifier(buffer)
+            _set_stream(item, node.stream)
+            self.storage[buffer] = item
         for buffer in node.outputs:
             if buffer in mutated:
                 self.storage[buffer] = self._storage_of(mutated[buffer])
             elif buffer in self.reused_into:
                 self.storage[buffer] = self._storage_of(self.reused_into[buffer])
-
-    def _call(self, op: Any, args: tuple[Any, ...], node: ScheduledNode, name: str) -> Node:
-        call = self.graph.call_function(op, args)
-        call.name = name
-        call.meta[KERNEL_META] = node
-        _set_stream(call, node.stream)
-        return call
 
     def _storage_of(self, name: str) -> Node:
         return self.storage[name]
@@ -188,9 +174,8 @@ def kernel_order_program(
 
 
 def kernel_names(gm: GraphModule) -> list[str]:
-    """The kernels and extern calls of a kernel-order program, in order (each once: a call
-    that writes buffers and makes new ones is two nodes)."""
-    return list(dict.fromkeys(str(n.args[0]) for n in gm.graph.nodes if n.target in KERNELS))
+    """The kernels and extern calls of a kernel-order program, in order."""
+    return [str(n.args[0]) for n in gm.graph.nodes if n.target in KERNELS]
 
 
 __all__ = [

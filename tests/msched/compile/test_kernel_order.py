@@ -231,27 +231,3 @@ def test_the_same_join_with_wait_stream_verifies() -> None:
     gm = _trace(joined_with_wait_stream, "inductor")
     assert msched.verify(gm).ok
     assert len(kernel_names(gm)) < 6  # fused: sin+add, cos+mul, add+add
-
-
-def test_a_kernel_that_writes_a_reused_buffer_makes_its_other_buffers_fresh() -> None:
-    """k2 writes buf2 into buf1's memory (a reuse) and makes buf3; the side stream reads
-    buf3 while the caller writes buf4 into buf2's memory.  The side stream never touches
-    buf1's memory; with k2 one node, its new buffer read as the written one: a war race
-    (seen on a bf16 decoder with one token)."""
-    record = streams.record_stream.default
-    nodes = (
-        kernel("k1", ["buf1"], ["x"]),
-        kernel("k2", ["buf2", "buf3"], ["buf1"]),
-        *fork_join(
-            ScheduledNode("record", "stream", None, (), ("buf3",), (), (), record, (SIDE,)),
-            kernel("k3", ["buf5"], ["buf3"], SIDE),
-            kernel("k4", ["buf4"], ["x"]),
-            after_join=[kernel("k6", ["buf6"], ["buf5", "buf4"])],
-        )[1:],
-    )
-    reuses = (("buf1", "buf2"), ("buf2", "buf4"))
-    assert verify(nodes, ["buf6"], reuses).ok
-    gm = kernel_order_program(FinalOrder(nodes, ("x",), ("buf6",), reuses), (CALLER,))
-    assert kernel_names(gm) == ["k1", "k2", "k3", "k4", "k6"]
-    written = [n for n in gm.graph.nodes if n.target is KERNEL_WRITES]
-    assert [n.name for n in written] == ["k2_writes", "k4"]
