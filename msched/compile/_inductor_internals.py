@@ -17,7 +17,8 @@ What msched reads and where (torch 2.13 / 2.14):
 2. Buffer reuse: ``PythonWrapperCodegen.memory_plan_reuse`` turns allocations into
    ``ReuseLine(node=old, reused_as=new)``; msched wraps it and reads them.
 3. The guard against reuse across streams: ``GraphLowering.never_reuse_buffers`` (names the
-   wrapper never reuses, in place or through the reuse pool).
+   wrapper never reuses, in place or through the reuse pool), with a buffer read under the
+   name of a mutation resolved to the one allocated (``Scheduler.mutation_real_name``).
 4. The output code: ``GraphLowering.compile_to_module`` returns the module; its ``__file__``
    is the source.
 5. Ordering in the post-grad graph: ``torch._inductor.fx_passes.control_dependencies``
@@ -31,6 +32,8 @@ What msched reads and where (torch 2.13 / 2.14):
 9. The inputs of each piece of a piecewise graph, as Inductor compiles them: Dynamo's fake
    tensors (``torch._guards.detect_fake_mode``, their ``FakeTensorMode`` and its shape
    environment) run through the split graph under ``enable_python_dispatcher``.
+10. The wrapper line that opens a stream context (``EnterCudaStreamContextLine.codegen``):
+    msched writes ``pass`` under it, so a context the CPU backend leaves empty still imports.
 """
 
 from __future__ import annotations
@@ -52,8 +55,10 @@ INTERFACES: tuple[tuple[str, str], ...] = (
     ("torch._inductor.scheduler", "Scheduler.nodes"),
     ("torch._inductor.scheduler", "Scheduler.node_to_stream"),
     ("torch._inductor.scheduler", "Scheduler.stream_idx_to_user_obj_idx"),
+    ("torch._inductor.scheduler", "Scheduler.mutation_real_name"),
     ("torch._inductor.codegen.wrapper", "PythonWrapperCodegen.memory_plan_reuse"),
     ("torch._inductor.codegen.wrapper", "ReuseLine"),
+    ("torch._inductor.codegen.wrapper", "EnterCudaStreamContextLine.codegen"),
     ("torch._inductor.graph", "GraphLowering.compile_to_module"),
     ("torch._inductor.graph", "GraphLowering.never_reuse_buffers"),
     ("torch._inductor.graph", "GraphLowering.graph_inputs"),
@@ -84,6 +89,7 @@ _INSTANCE_ATTRIBUTES = frozenset(
         "Scheduler.nodes",
         "Scheduler.node_to_stream",
         "Scheduler.stream_idx_to_user_obj_idx",
+        "Scheduler.mutation_real_name",
         "GraphLowering.never_reuse_buffers",
         "GraphLowering.graph_inputs",
     }
@@ -197,7 +203,7 @@ def recording_final_orders(guard_reuse: bool = False) -> Iterator[list[FinalOrde
     is ever reused (`_cross_stream_buffers`).  Not thread-safe: it patches Inductor's classes.
     """
     require_interfaces()
-    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+    from torch._inductor.codegen.wrapper import EnterCudaStreamContextLine, PythonWrapperCodegen
     from torch._inductor.graph import GraphLowering
     from torch._inductor.scheduler import Scheduler
 
@@ -214,6 +220,11 @@ def recording_final_orders(guard_reuse: bool = False) -> Iterator[list[FinalOrde
             "compile_to_module",
             _module_hook(GraphLowering.compile_to_module, recorder),
         ),
+        (
+            EnterCudaStreamContextLine,
+            "codegen",
+            _never_empty(EnterCudaStreamContextLine.codegen),
+        ),
     )
     saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches]
     for owner, name, replacement in patches:
@@ -223,6 +234,23 @@ def recording_final_orders(guard_reuse: bool = False) -> Iterator[list[FinalOrde
     finally:
         for owner, name, original in saved:
             setattr(owner, name, original)
+
+
+def _never_empty(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``with streamN:`` followed by ``pass`` in the Python wrapper.  On CPU, Inductor emits a
+    kernel's call when its C++ kernel group is flushed (at an extern call, or a device change),
+    not where the kernel's stream context was entered: a kernel on one stream followed by a
+    stream op on another left ``with stream1:`` with nothing under it, and the output module
+    failed to import (``IndentationError``)."""
+
+    def codegen(self: Any, code: Any) -> None:
+        from torch._inductor.virtualized import V
+
+        original(self, code)
+        if not V.graph.cpp_wrapper:
+            code.writeline("pass")
+
+    return codegen
 
 
 def _codegen_hook(original: Callable[..., Any], recorder: _Recorder) -> Callable[..., Any]:
@@ -319,7 +347,12 @@ def _optional(module: Any, name: str) -> tuple[type, ...]:
 
 
 def _cross_stream_buffers(scheduler: Any) -> set[str]:
-    """Buffers some node reads on another stream than the one that made them."""
+    """Buffers some node reads on another stream than the one that made them.
+
+    A buffer a kernel wrote in place is read under the mutation's name (``buf58``, a
+    mutation of ``buf57``); the wrapper frees the allocation (``del buf57``), so the name
+    that stream read is resolved to it too (``Scheduler.mutation_real_name``)."""
+    real = scheduler.mutation_real_name
     made_on: dict[str, int] = {}
     crossing: set[str] = set()
     for node in scheduler.nodes:
@@ -327,7 +360,7 @@ def _cross_stream_buffers(scheduler: Any) -> set[str]:
         for x in node.get_nodes():
             for dep in x.read_writes.reads:
                 if dep.name in made_on and made_on[dep.name] != stream:
-                    crossing.add(dep.name)
+                    crossing.update((dep.name, real.get(dep.name, dep.name)))
         for name in node.get_buffer_names():
             made_on[name] = stream
     return crossing
