@@ -337,8 +337,8 @@ CASES = [
     ("kv-buffers", 3, True),
     ("gqa", 2, True),
     ("gqa", 3, False),
-    # bf16, inference mode, one token (repros/break26/r01-r03 show the refusals that
-    # variants of this model met; their minimal forms are fast tests elsewhere)
+    # bf16, inference mode, one token (the reproducers r01-r03 on branch break26 show the
+    # refusals that variants of this model met; their minimal forms are fast tests elsewhere)
     ("moe-bf16", 2, False),
 ]
 
