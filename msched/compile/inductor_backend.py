@@ -332,10 +332,18 @@ def compile_graph_with_inductor(
     inside a compile (``TensorifyScalarRestartAnalysis``, a float it must specialize), and
     the pieces of the abandoned attempt are no pieces of the backend's."""
     made: list[Piece] = []
-    if not config.piecewise:
+    if config.piecewise:
+        compiled: Callable[..., Any] = _compile_split(name, gm, example_inputs, config, made)
+    else:
         compiled = compile_piece(name, gm, example_inputs, config, made)
-        sink.extend(made)
-        return compiled
+    sink.extend(made)
+    return compiled
+
+
+def _compile_split(
+    name: str, gm: GraphModule, example_inputs: Sequence[Any], config: Any, made: list[Any]
+) -> GraphModule:
+    """``gm`` split at its split ops, every other piece compiled in its place."""
     pieces.check_split_ops_occur(gm.graph, config.split_ops, name)
     module = pieces.split_pieces(gm, config.split_ops)
     for sub, inputs in _piece_inputs(module, example_inputs).items():
@@ -343,7 +351,6 @@ def compile_graph_with_inductor(
         if not any(pieces._is_split_op(n, config.split_ops) for n in part.graph.nodes):
             piece = compile_piece(f"{name}.{sub}", part, inputs, config, made)
             setattr(module, sub, _CompiledModule(piece))
-    sink.extend(made)
     return module
 
 
