@@ -34,6 +34,11 @@ What msched reads and where (torch 2.13 / 2.14):
    environment) run through the split graph under ``enable_python_dispatcher``.
 10. The wrapper line that opens a stream context (``EnterCudaStreamContextLine.codegen``):
     msched writes ``pass`` under it, so a context the CPU backend leaves empty still imports.
+11. Where the post-grad graph is final: ``compile_fx`` calls ``post_grad_passes`` (the name
+    it imported) for every graph and subgraph, and lowers what it leaves.  Passes run after
+    ``post_grad_custom_post_pass`` there (2.13: ``reinplace_inplaceable_ops``, which rebuilds
+    every ``slice_scatter`` as new nodes, and ``decompose_auto_functionalized``), so msched
+    schedules in a wrapper of it (`after_post_grad_passes`), where nothing rewrites after.
 """
 
 from __future__ import annotations
@@ -67,6 +72,8 @@ INTERFACES: tuple[tuple[str, str], ...] = (
     ("torch._inductor.ir", "ExternKernel"),
     ("torch._inductor.virtualized", "V"),
     ("torch._inductor.compile_fx", "compile_fx"),
+    ("torch._inductor.compile_fx", "post_grad_passes"),
+    ("torch._inductor.compile_fx", "_recursive_post_grad_passes"),
     ("torch._inductor.custom_graph_pass", "CustomGraphPass"),
     ("torch._inductor.fx_passes.control_dependencies", "control_deps"),
     ("torch._inductor.fx_passes.control_dependencies", "preserve_node_ordering"),
@@ -376,6 +383,27 @@ def compile_fx(gm: Any, example_inputs: Any, **config: Any) -> Any:
         return inductor_compile_fx(gm, example_inputs)
 
 
+@contextlib.contextmanager
+def after_post_grad_passes(run: Callable[[Any], None]) -> Iterator[None]:
+    """While the block runs, ``run(gm)`` is called on every graph module (subgraphs first,
+    as Inductor runs them) right after Inductor's post-grad passes finished with it, before
+    it is lowered.  Not thread-safe: it patches ``torch._inductor.compile_fx``."""
+    require_interfaces()
+    from torch._inductor import compile_fx as module
+
+    original = module.__dict__["post_grad_passes"]
+
+    def post_grad_passes(gm: Any, is_inference: bool) -> None:
+        original(gm, is_inference)
+        run(gm)
+
+    module.post_grad_passes = post_grad_passes
+    try:
+        yield
+    finally:
+        module.post_grad_passes = original
+
+
 def custom_graph_pass_base() -> type:
     """``torch._inductor.custom_graph_pass.CustomGraphPass`` (msched's pass subclasses it)."""
     require_interfaces()
@@ -503,6 +531,7 @@ __all__ = [
     "FinalOrder",
     "InductorInterfaceError",
     "ScheduledNode",
+    "after_post_grad_passes",
     "compile_fx",
     "custom_graph_pass_base",
     "external_object_table",

@@ -9,9 +9,13 @@ For each graph Dynamo hands the backend:
    and compile every other piece now, for the fake inputs Dynamo's example inputs give it
    (`_piece_inputs`: symbolic sizes stay symbolic, so a piece compiles once, like the whole
    graph); the split calls run as they are.  Without, the graph is one piece, compiled now.
-2. ``compile_fx`` with msched's `MschedPass` as ``post_grad_custom_post_pass``: re-inplace
-   (`msched.compile._reinplace`), `msched.schedule`, `native_streams.to_native`, and (unless
-   a test turns it off) `native_streams.tie_waits`.  Its ``uuid()`` covers msched's version
+2. ``compile_fx`` with msched's `MschedPass` as ``post_grad_custom_post_pass``, where it
+   re-inplaces (`msched.compile._reinplace`); once Inductor's post-grad passes are done with
+   the graph (passes after the custom one rebuild nodes, which would lose their stream),
+   `msched.schedule`, `native_streams.to_native` and (unless a test turns it off)
+   `native_streams.tie_waits` run on it, right before lowering: nothing rewrites the graph
+   after msched, and a build where that hook never ran raises `InductorInterfaceError`.
+   Its ``uuid()`` covers msched's version
    and a hash of its source files (`source_digest`: an edited checkout is another build),
    the stream count, the cost model and every option, so Inductor's caches never hand one
    build's code to another.
@@ -40,7 +44,7 @@ import re
 import threading
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +60,7 @@ from msched.compile.kernel_order import kernel_order_program
 from msched.compile.native_streams import CALLER, EVENT_BASE, NativeStreams, tie_waits, to_native
 from msched.compile.order_records import generation, load_order, record_path, renew, save_order
 from msched.compile.pieces import Piece
-from msched.errors import PieceVerificationError
+from msched.errors import InductorInterfaceError, PieceVerificationError
 from msched.proof.verifier import Report, verify
 from msched.scheduling.pipeline import Schedule, schedule
 
@@ -95,6 +99,8 @@ class _PassResult:
     gm: GraphModule | None = None
     schedule: Schedule | None = None
     tied: int = 0
+    #: Graphs the pass re-inplaced and msched has not scheduled yet.
+    pending: list[GraphModule] = field(default_factory=list)
 
 
 def _pass_key(config: Any) -> str:
@@ -117,7 +123,13 @@ def _build_key(config: Any) -> str:
 
 
 def make_pass(config: Any, result: _PassResult) -> Any:
-    """msched's ``CustomGraphPass`` for one compile (see the module docstring, step 2)."""
+    """msched's ``CustomGraphPass`` for one compile (see the module docstring, step 2).
+
+    Inductor calls it as ``post_grad_custom_post_pass``, where it re-inplaces; passes that
+    Inductor runs after that slot rebuild nodes (2.13's ``reinplace_inplaceable_ops`` makes
+    new nodes of every ``slice_scatter``, which carry no stream), so the schedule is made in
+    `schedule_final`, once Inductor's post-grad passes are done with the graph (`_compile`
+    installs it with `internals.after_post_grad_passes`)."""
     base = internals.custom_graph_pass_base()
 
     class MschedPass(base):  # type: ignore[misc,valid-type]
@@ -126,6 +138,14 @@ def make_pass(config: Any, result: _PassResult) -> Any:
             assert isinstance(gm, GraphModule)
             reinplace(gm)
             _drop_stale_eager_values(gm)
+            result.pending.append(gm)
+
+        def schedule_final(self, gm: GraphModule) -> None:
+            """Schedule ``gm`` where nothing rewrites it after msched (see `make_pass`)."""
+            if not any(g is gm for g in result.pending):
+                return
+            result.pending = [g for g in result.pending if g is not gm]
+            graph = gm.graph
             codegen = graph._codegen
             sched = schedule(gm, config.num_streams, config.cost_model,
                              exit_edges=config.exit_edges)  # fmt: skip
@@ -219,12 +239,15 @@ def _compile(
     """``compile_fx`` with msched's pass: the compiled callable, the output module and its
     final order (read now and kept, or on a cache hit the one kept when it was compiled;
     None on a hit msched kept none for).  ``cold`` turns Inductor's caches off."""
-    options: dict[str, Any] = {"post_grad_custom_post_pass": make_pass(config, result)}
+    msched_pass = make_pass(config, result)
+    options: dict[str, Any] = {"post_grad_custom_post_pass": msched_pass}
     if cold:
         options["force_disable_caches"] = True
     with internals.recording_final_orders(config.guard_reuse) as orders:
         with internals.recording_loaded_modules() as modules:
-            compiled = internals.compile_fx(_own_copy(gm), list(example_inputs), **options)
+            with internals.after_post_grad_passes(msched_pass.schedule_final):
+                compiled = internals.compile_fx(_own_copy(gm), list(example_inputs), **options)
+    _check_scheduled(result)
     module = modules[-1] if modules else None
     if orders:
         order = orders[-1]
@@ -233,6 +256,18 @@ def _compile(
         return compiled, module, order
     code = _source(module)
     return compiled, module, load_order(code) if code else None
+
+
+def _check_scheduled(result: _PassResult) -> None:
+    """Every graph msched's pass saw was scheduled once Inductor's post-grad passes ended
+    (a torch whose ``compile_fx`` no longer calls them where msched waits would otherwise
+    compile the graph on one stream and call it verified)."""
+    if result.pending:
+        raise InductorInterfaceError(
+            f"Inductor ran msched's post-grad pass on {len(result.pending)} graph(s) but never "
+            f"ended its post-grad passes where msched schedules (torch {torch.__version__}): "
+            "see msched/compile/_inductor_internals.py, interface 11"
+        )
 
 
 def _keep(order: FinalOrder) -> None:

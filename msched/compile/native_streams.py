@@ -10,8 +10,10 @@ its nodes carry no annotation (Inductor runs them on the stream current at call 
 `tie_waits` makes Inductor keep the program order that matters.  Inductor (2.13) gives a
 ``wait_event`` no users, so it moves kernels in front of it: every stream op is wrapped in
 ``control_deps`` after the work its stream issued since its previous stream op (a wait also
-after the record it waits for), and every node after a wait on its stream that has no input
-issued after that wait is tied to the wait (``preserve_node_ordering``).
+after the record it waits for), and every node after a wait on its stream is tied to the wait
+(``preserve_node_ordering``) unless every storage it reads or writes was made on its stream
+after that wait: ties hold per kernel, since Inductor may lower one node into several kernels
+(``cat`` into one copy per input), each ordered only by the data it reads.
 
 `NativeStreams` owns the streams and events the indices stand for and writes them into
 Dynamo's table before every call (CUDA: real streams and events, index `CALLER` the
@@ -29,6 +31,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from msched import ops as mops
+from msched.analysis.effects import compute_effects
 
 #: Table index of msched's stream 0 (the caller's current stream), of stream s >= 1, and of
 #: event e: far from Dynamo's 0, 1, ... so user stream code and msched never collide.
@@ -126,6 +129,7 @@ class _Ties:
     def __init__(self, gm: GraphModule) -> None:
         self.gm = gm
         self.inputs = list(gm.graph.find_nodes(op="placeholder"))
+        self.effects = compute_effects(gm.graph)
         self.since_sync: dict[int, list[Node]] = {}
         self.last_sync: dict[int, Node] = {}
         self.last_record: dict[int, Node] = {}
@@ -156,10 +160,27 @@ class _Ties:
         stream = _stream_of(node)
         self.since_sync.setdefault(stream, []).append(node)
         if stream in self.after_wait:
-            wait, seen = self.after_wait[stream]
-            if not any(i in seen for i in node.all_input_nodes):
+            wait, made_since = self.after_wait[stream]
+            if not self._only_touches(node, made_since):
                 self.followers[node] = wait
-            seen.add(node)
+            made_since.add(node)
+
+    def _only_touches(self, node: Node, made_since: set[Node]) -> bool:
+        """Whether every storage ``node`` reads or writes was made on its stream after the
+        stream's last wait (by a node in ``made_since``): then each kernel Inductor lowers
+        ``node`` into is ordered after the wait through the data it touches.  A storage
+        from before the wait or from another stream (also through a view, which makes no
+        kernel: ``cat`` of a slice of another stream's value lowers to a copy kernel that
+        reads that value) needs the tie; so does a node that touches no storage."""
+        effects = self.effects
+        touched = (*effects.reads.get(node, ()), *effects.writes.get(node, ()))
+        return bool(touched) and all(self._made(s, made_since) for s in touched)
+
+    @staticmethod
+    def _made(storage: Node, made_since: set[Node]) -> bool:
+        if storage.target is operator.getitem and isinstance(storage.args[0], Node):
+            storage = storage.args[0]  # a result of a multi-output node
+        return storage in made_since
 
 
 def tie_waits(gm: GraphModule) -> int:
