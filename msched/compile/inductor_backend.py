@@ -52,6 +52,7 @@ import torch
 from torch.fx import GraphModule
 
 from msched._torch_internals import OpOverload, schema_of
+from msched.analysis.cost import DefaultCostModel
 from msched.compile import _inductor_internals as internals
 from msched.compile import pieces
 from msched.compile._inductor_internals import FinalOrder
@@ -147,8 +148,8 @@ def make_pass(config: Any, result: _PassResult) -> Any:
             result.pending = [g for g in result.pending if g is not gm]
             graph = gm.graph
             codegen = graph._codegen
-            sched = schedule(gm, config.num_streams, config.cost_model,
-                             exit_edges=config.exit_edges)  # fmt: skip
+            cost = _FactoriesFree(config.cost_model or DefaultCostModel())
+            sched = schedule(gm, config.num_streams, cost, exit_edges=config.exit_edges)
             graph.set_codegen(codegen)
             to_native(gm)
             result.tied = tie_waits(gm) if config.tie_waits else 0
@@ -159,6 +160,41 @@ def make_pass(config: Any, result: _PassResult) -> Any:
             return _pass_key(config)
 
     return MschedPass()
+
+
+class _FactoriesFree:
+    """The build's cost model, except that a tensor made from no tensor (``full``,
+    ``scalar_tensor``, ``arange``; not a random one) costs nothing, so msched leaves it on
+    the caller's stream (a free node with no producer goes there).
+
+    Why: Inductor lowers such a node to a value it computes where a later node needs it
+    (usually inlined into that node's kernel, so it is free); realized by a node that only
+    depends on it (a record_event's ``control_deps``), its kernel reads nothing and is
+    ordered by nothing, so on a side stream it ran before the stream joined the caller's
+    (Phi: ``stream 1 starts with op90 without joining stream 0``).  On the caller's stream a
+    kernel that reads nothing is right wherever it runs before its users."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def cost(self, node: torch.fx.Node) -> float:
+        if _made_from_nothing(node):
+            return 0.0
+        return float(self.inner.cost(node))
+
+    def __repr__(self) -> str:
+        return f"_FactoriesFree({self.inner!r})"
+
+
+def _made_from_nothing(node: torch.fx.Node) -> bool:
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, OpOverload):
+        return False
+    if torch.Tag.nondeterministic_seeded in target.tags:
+        return False
+    value = node.meta.get("val")
+    tensors = [n for n in node.all_input_nodes if isinstance(n.meta.get("val"), torch.Tensor)]
+    return isinstance(value, torch.Tensor) and not tensors
 
 
 def _drop_stale_eager_values(gm: GraphModule) -> None:

@@ -163,7 +163,15 @@ class _Ties:
             wait, made_since = self.after_wait[stream]
             if not self._only_touches(node, made_since):
                 self.followers[node] = wait
-            made_since.add(node)
+            if self._touches_any(node):
+                made_since.add(node)
+
+    def _touches_any(self, node: Node) -> bool:
+        """Whether ``node`` reads or writes a storage.  One that does not (``full``,
+        ``arange``) may lower to a value Inductor computes only where a later node needs it
+        realized: its kernel then reads nothing and is ordered by nothing, unless the node
+        that realizes it is tied, so its users do not count it as made after the wait."""
+        return bool(self.effects.reads.get(node) or self.effects.writes.get(node))
 
     def _only_touches(self, node: Node, made_since: set[Node]) -> bool:
         """Whether every storage ``node`` reads or writes was made on its stream after the
