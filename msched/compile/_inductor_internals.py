@@ -39,6 +39,11 @@ What msched reads and where (torch 2.13 / 2.14):
     ``post_grad_custom_post_pass`` there (2.13: ``reinplace_inplaceable_ops``, which rebuilds
     every ``slice_scatter`` as new nodes, and ``decompose_auto_functionalized``), so msched
     schedules in a wrapper of it (`after_post_grad_passes`), where nothing rewrites after.
+12. Ties per kernel: ``Scheduler._init`` reads ``GraphLowering.additional_buffer_deps``
+    (operation name -> names it must follow; ``control_deps`` lowering fills it) when it
+    computes dependencies; msched adds, before it runs, a tie from every operation lowered
+    from a node after a wait to that wait's operations
+    (``GraphLowering._void_ctrl_dep_op_names``), `tie_kernels`.
 """
 
 from __future__ import annotations
@@ -57,6 +62,9 @@ from msched.errors import InductorInterfaceError
 #: (module, attribute path) of every private interface this module uses.
 INTERFACES: tuple[tuple[str, str], ...] = (
     ("torch._inductor.scheduler", "Scheduler.codegen"),
+    ("torch._inductor.scheduler", "Scheduler._init"),
+    ("torch._inductor.graph", "GraphLowering.additional_buffer_deps"),
+    ("torch._inductor.graph", "GraphLowering._void_ctrl_dep_op_names"),
     ("torch._inductor.scheduler", "Scheduler.nodes"),
     ("torch._inductor.scheduler", "Scheduler.node_to_stream"),
     ("torch._inductor.scheduler", "Scheduler.stream_idx_to_user_obj_idx"),
@@ -99,6 +107,8 @@ _INSTANCE_ATTRIBUTES = frozenset(
         "Scheduler.mutation_real_name",
         "GraphLowering.never_reuse_buffers",
         "GraphLowering.graph_inputs",
+        "GraphLowering.additional_buffer_deps",
+        "GraphLowering._void_ctrl_dep_op_names",
     }
 )
 
@@ -217,6 +227,7 @@ def recording_final_orders(guard_reuse: bool = False) -> Iterator[list[FinalOrde
     recorder = _Recorder(guard_reuse)
     patches = (
         (Scheduler, "codegen", _codegen_hook(Scheduler.codegen, recorder)),
+        (Scheduler, "_init", _init_hook(Scheduler._init)),
         (
             PythonWrapperCodegen,
             "memory_plan_reuse",
@@ -268,6 +279,53 @@ def _codegen_hook(original: Callable[..., Any], recorder: _Recorder) -> Callable
         return original(self)
 
     return codegen
+
+
+def _init_hook(original: Callable[..., Any]) -> Callable[..., Any]:
+    def _init(self: Any, nodes: Any) -> Any:
+        from torch._inductor.virtualized import V
+
+        tie_kernels(V.graph, nodes)
+        return original(self, nodes)
+
+    return _init
+
+
+def tie_kernels(graph: Any, operations: Any) -> int:
+    """Order every operation lowered from a node after a wait on its stream after that wait
+    (interface 12), from what `msched.compile.native_streams.tie_waits` left in the module's
+    ``meta`` (nothing for a graph msched did not tie); returns how many ties it added.
+
+    Why: a tie in the FX graph (``control_deps``) covers only the operations its lowering
+    makes; a node Inductor computes where a later node needs it is realized there, and
+    realized as a dependency of a stream op it is ordered by its data alone.  An operation
+    made from nodes on both sides of a wait (Inductor merged them) is left to its data: a
+    tie could close a cycle."""
+    module = getattr(graph, "module", None)
+    meta = getattr(module, "meta", {}).get("msched_after_wait") if module is not None else None
+    if not meta:
+        return 0
+    after, positions = meta["after"], meta["positions"]
+    by_name = {n.name: n for n in module.graph.nodes}
+    added = 0
+    for op in operations:
+        names = [
+            o.name
+            for o in getattr(op, "origins", ())
+            if o.graph is module.graph and o.op == "call_function" and o.name in positions
+        ]
+        waits = [after.get(n) for n in names]
+        if not names or None in waits:
+            continue
+        first = min(positions[n] for n in names)
+        for wait, at in dict.fromkeys(waits):  # type: ignore[misc]
+            if at >= first:
+                continue
+            for dep in graph._void_ctrl_dep_op_names.get(by_name.get(wait), ()):
+                if dep != op.get_operation_name():
+                    graph.additional_buffer_deps[op.get_operation_name()].add(dep)
+                    added += 1
+    return added
 
 
 def _reuse_hook(original: Callable[..., Any], recorder: _Recorder) -> Callable[..., Any]:
@@ -544,5 +602,6 @@ __all__ = [
     "recording_loaded_modules",
     "require_interfaces",
     "stream_op_named",
+    "tie_kernels",
     "wrap_in_control_deps",
 ]

@@ -136,6 +136,8 @@ class _Ties:
         self.waits_of: dict[int, list[Node]] = {}
         self.after_wait: dict[int, tuple[Node, set[Node]]] = {}
         self.followers: dict[Node, Node] = {}
+        self.wait_streams: dict[str, int] = {}  # wait (its control_deps node) -> stream
+        self.syncs: set[str] = set()  # every stream op's control_deps node
 
     def sync(self, node: Node, wrap: Any) -> None:
         stream, event = _stream_of(node), _int(node.args[0])
@@ -148,7 +150,9 @@ class _Ties:
         if not is_wait:
             after += self.waits_of.get(event, [])
         ctrl = wrap(self.gm, node, after)
+        self.syncs.add(ctrl.name)
         if is_wait:
+            self.wait_streams[ctrl.name] = stream
             self.waits_of.setdefault(event, []).append(ctrl)
             self.after_wait[stream] = (ctrl, set())
         else:
@@ -206,7 +210,42 @@ def tie_waits(gm: GraphModule) -> int:
             ties.compute(node)
     internals.order_after(gm.graph, ties.followers)
     gm.graph.lint()
+    gm.meta[AFTER_WAIT_META] = _after_waits(gm, ties.wait_streams, ties.syncs)
     return len(ties.followers)
+
+
+#: ``gm.meta`` key: ``{node name: (wait name, its position)}`` for every node issued after a
+#: wait on its stream, with ``{node name: position}`` under ``"positions"`` (program order).
+AFTER_WAIT_META = "msched_after_wait"
+
+
+def _after_waits(gm: GraphModule, waits: dict[str, int], syncs: set[str]) -> dict[str, Any]:
+    """What `msched.compile._inductor_internals` needs to tie every *kernel* to the wait its
+    node follows (`tie_kernels`): a node Inductor lowers to a value it computes only where
+    another node needs it (a pointwise ``add``) is realized inside that node, which may be
+    a stream op's ``control_deps`` whose dependencies get no tie; its kernel was then
+    ordered by its data alone and ran before its stream's wait (a static KV cache)."""
+    positions: dict[str, int] = {}
+    latest: dict[int, tuple[str, int]] = {}
+    after: dict[str, tuple[str, int]] = {}
+    for i, node in enumerate(gm.graph.nodes):
+        positions[node.name] = i
+        if node.op != "call_function":
+            continue
+        if node.name in waits:
+            latest[waits[node.name]] = (node.name, i)
+        if node.name in syncs:
+            continue
+        stream = _stream_of_tied(node)
+        if stream in latest:
+            after[node.name] = latest[stream]
+    return {"after": after, "positions": positions}
+
+
+def _stream_of_tied(node: Node) -> int:
+    """The stream of a compute node (``control_deps`` of a tied one keeps its ``custom``)."""
+    custom = node.meta.get("custom") or {}
+    return int(custom.get("stream", CALLER))
 
 
 class _CpuStream(torch.Stream):
@@ -276,6 +315,7 @@ class NativeStreams:
 
 
 __all__ = [
+    "AFTER_WAIT_META",
     "CALLER",
     "EVENT_BASE",
     "NativeStreams",
