@@ -41,7 +41,6 @@ Errors raised inside a backend reach the caller of a ``torch.compile``'d model w
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,12 +55,13 @@ from msched._torch_internals import (
 from msched.analysis.cost import CostModel, check_cost_model
 from msched.compile._reinplace import reinplace
 from msched.compile.pieces import (
-    _OP_KINDS,
     Piece,
     _submodule_calls,
     check_split_ops_occur,
+    find_split_calls,
     split_pieces,
 )
+from msched.compile.split_ops import parse_split_ops
 from msched.errors import (
     InvalidArgumentError,
     MschedError,
@@ -74,9 +74,11 @@ from msched.proof.verifier import verify
 from msched.runtime import StreamRuntime
 from msched.scheduling.pipeline import schedule
 
-#: Where ``piecewise=True`` splits by default: the attention op of the reference decoders,
-#: by name, so the backend imports no model to have it (see `backend`).
-DEFAULT_SPLIT_OPS = ("msched::attention",)
+#: Where ``piecewise=True`` splits by default: attention, by name, so the backend imports no
+#: model to have it (see `backend`): the attention op of msched's reference decoders, and
+#: torch's, which ``transformers`` models call (``attn_implementation="sdpa"``, their default)
+#: and which is one kernel or another by device (`msched.compile.split_ops`).
+DEFAULT_SPLIT_OPS = ("msched::attention", "torch.nn.functional.scaled_dot_product_attention")
 #: The values of ``backend(compiler=...)``.
 COMPILERS = ("fx", "inductor")
 
@@ -105,12 +107,20 @@ class BackendConfig:
 
 @dataclass(frozen=True)
 class CompiledGraph:
-    """One graph dynamo handed to the backend: the module that runs it and its pieces."""
+    """One graph Dynamo handed to the backend (``graph<i>``): the module that runs it, its
+    pieces and the runtime it runs in.
+
+    ``compiler="fx"``: ``module`` is the scheduled AOT graph (piecewise: the module that
+    stitches its pieces) and ``runtime`` the `StreamRuntime` it runs in.
+    ``compiler="inductor"``: ``module`` is the graph Dynamo handed over (piecewise: the module
+    that stitches its pieces, the compiled ones in their places) and ``runtime`` is None (a
+    compiled piece installs its own streams; `msched.compile.inductor_backend`).
+    """
 
     name: str
     module: GraphModule
     pieces: tuple[Piece, ...]
-    runtime: StreamRuntime
+    runtime: StreamRuntime | None
 
 
 class MschedBackend:
@@ -123,8 +133,6 @@ class MschedBackend:
         # Benchmarks pass a runtime that delays auxiliary streams; everyone else the default.
         self.runtime_factory = runtime_factory
         self._graphs: list[CompiledGraph] = []
-        self._inductor_pieces: list[Piece] = []
-        self._inductor_graphs = 0
         self.__name__ = "msched"
 
     @property
@@ -135,7 +143,7 @@ class MschedBackend:
     @property
     def pieces(self) -> tuple[Piece, ...]:
         """The pieces of every graph compiled so far, in order."""
-        return tuple(p for g in self._graphs for p in g.pieces) + tuple(self._inductor_pieces)
+        return tuple(p for g in self._graphs for p in g.pieces)
 
     def __call__(self, gm: GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         if self.config.compiler == "inductor":
@@ -143,11 +151,13 @@ class MschedBackend:
 
             if _needs_autograd(example_inputs):
                 self._refuse_training(gm, example_inputs)
-            name = f"graph{len(self._graphs) + self._inductor_graphs}"
-            compiled = compile_graph_with_inductor(
-                name, gm, example_inputs, self.config, self._inductor_pieces
+            name = f"graph{len(self._graphs)}"
+            compiled, module, made = compile_graph_with_inductor(
+                name, gm, example_inputs, self.config
             )
-            self._inductor_graphs += 1  # a graph Dynamo restarts or that fails takes no name
+            # Only now: a graph Dynamo restarts from inside its compile, or that fails,
+            # raised above, so it takes no name and leaves no pieces.
+            self._graphs.append(CompiledGraph(name, module, made, None))
             return compiled
         return aot_module_simplified(
             gm,
@@ -165,9 +175,10 @@ class MschedBackend:
 
     def _compile_inference(self, gm: GraphModule, example_inputs: Sequence[Any]) -> Any:
         name = f"graph{len(self._graphs)}"
-        compiled = compile_graph(gm, self.config, name, self.runtime_factory())
+        runtime = self.runtime_factory()
+        compiled = compile_graph(gm, self.config, name, runtime)
         self._graphs.append(compiled)
-        return _BoxedRunner(compiled.module, compiled.runtime)
+        return _BoxedRunner(compiled.module, runtime)
 
 
 def _needs_autograd(example_inputs: Sequence[Any]) -> bool:
@@ -229,56 +240,13 @@ def backend(
         raise InvalidArgumentError(
             f"compiler must be one of {', '.join(map(repr, COMPILERS))}, got {compiler!r}"
         )
-    ops = _check_split_ops(split_ops) if split_ops is not None else DEFAULT_SPLIT_OPS
+    ops = parse_split_ops(split_ops) if split_ops is not None else DEFAULT_SPLIT_OPS
     check_cost_model(cost_model)
     flags = {"piecewise": piecewise, "verify": verify, "exit_edges": exit_edges}
     for flag, value in flags.items():
         check_flag(value, flag)
     config = BackendConfig(num_streams, piecewise, ops, verify, cost_model, exit_edges, compiler)
     return MschedBackend(config)
-
-
-_QUALIFIED_NAME = re.compile(r"[A-Za-z_]\w*::[A-Za-z_]\w*(\.[A-Za-z_]\w*)?")
-# How Python prints an op: ``aten.mm.default``, ``torch.ops.aten.mm`` (namespace.name[.overload])
-_DOTTED_NAME = re.compile(r"(?:torch\.ops\.)?([A-Za-z_]\w*)\.([A-Za-z_]\w*)(\.[A-Za-z_]\w*)?")
-
-
-def _split_op_spec(op: Any) -> Any:
-    """``op`` as `_is_split_op` matches it (a dotted name becomes ``"ns::name[.overload]"``),
-    or None when it names no op."""
-    if isinstance(op, _OP_KINDS):
-        return op
-    if not isinstance(op, str):
-        return None
-    if _QUALIFIED_NAME.fullmatch(op):
-        return op
-    dotted = _DOTTED_NAME.fullmatch(op)
-    if dotted is None:
-        return None
-    namespace, name, overload = dotted.groups()
-    return f"{namespace}::{name}{overload or ''}"
-
-
-def _check_split_ops(split_ops: Any) -> tuple[Any, ...]:
-    """``split_ops`` as a tuple, or `InvalidArgumentError` unless it is a non-empty sequence of
-    torch ops or qualified op names (a single op or a string is refused, not iterated)."""
-    if isinstance(split_ops, (str, bytes, *_OP_KINDS)) or not isinstance(split_ops, Iterable):
-        raise InvalidArgumentError(
-            f"split_ops must be a sequence of torch ops or qualified op names (e.g. "
-            f'["msched::attention"]), got {split_ops!r} ({type(split_ops).__name__})'
-        )
-    given = tuple(split_ops)
-    ops = tuple(_split_op_spec(op) for op in given)
-    bad = [op for op, spec in zip(given, ops, strict=True) if spec is None]
-    if bad:
-        raise InvalidArgumentError(
-            "split_ops must be torch ops (OpOverload or OpOverloadPacket) or qualified op "
-            f'names ("namespace::name", "namespace::name.overload" or "namespace.name.overload"'
-            f"), got {bad!r}"
-        )
-    if not ops:
-        raise InvalidArgumentError("split_ops must name at least one op to split at")
-    return ops
 
 
 def compile_graph(
@@ -293,8 +261,9 @@ def compile_graph(
     """
     reinplace(gm)
     if config.piecewise:
-        check_split_ops_occur(gm.graph, config.split_ops, name)
-        module = split_pieces(gm, config.split_ops)
+        calls = find_split_calls(gm.graph, config.split_ops)
+        check_split_ops_occur(gm.graph, config.split_ops, name, calls)
+        module = split_pieces(gm, config.split_ops, calls)
         parts = [(f"{name}.{sub}", getattr(module, sub)) for sub in _submodule_calls(module)]
     else:
         module, parts = gm, [(name, gm)]
