@@ -250,11 +250,11 @@ class CallIndex:
 
 
 def _op_matches(op: Any, spec: Any) -> bool:
-    if isinstance(spec, str):
-        return has_name(op, spec)
-    if isinstance(spec, OpOverloadPacket):
-        return op is spec or getattr(op, "overloadpacket", None) is spec
-    return op is spec
+    """Whether ``op`` is the split op ``spec`` (by schema: an overload is one op however
+    it was looked up)."""
+    if not isinstance(spec, str):
+        spec = qualified_op_name(spec)
+    return has_name(op, spec)
 
 
 def _may_dispatch_to(spec: Any) -> bool:
@@ -282,7 +282,12 @@ def _call_of(node: Node, owner: torch.nn.Module | None) -> Call:
         label = qualified_op_name(target) if isinstance(target, OP_KINDS) else target.__name__
         return Call(label, ops, _source_functions(node))
     ops = _aten_of(getattr(target, "__name__", "")) if _is_torch_builtin(target) else ()
-    return Call(function_label(target), ops, (target,), _dispatch(target, node))
+    return Call(
+        function_label(target),
+        tuple(dict.fromkeys((*ops, *_traced_under(node, target)))),
+        tuple(dict.fromkeys((target, *_source_functions(node)))),
+        _dispatch(target, node),
+    )
 
 
 def _traced_under(node: Node, target: Any) -> tuple[Any, ...]:
