@@ -13,20 +13,23 @@ For each graph dynamo hands it:
    op's schema (`msched.compile._reinplace`); the ``copy_`` write-backs that become ``copy_(x, x)``
    disappear.
 3. With ``piecewise=True``, split the graph at every call of a ``split_ops`` op (each such
-   call is a piece of its own; default: the qualified name ``"msched::attention"``) with
-   ``torch.fx.passes.split_module``, keeping program order between pieces.  A split op is
-   matched exactly: an ``OpOverload``; any overload of an ``OpOverloadPacket``; a qualified
-   name ``"namespace::name"`` (any overload) or ``"namespace::name.overload"`` (or as Python
-   prints it: ``"aten.mm.default"``, ``"torch.ops.aten.mm"``), compared with
-   the schema of each call when a graph is split, so naming an op needs no import of the code
-   that defines it (and a graph that never calls it is one piece).  A graph that calls none
-   of them but calls ops that look related raises `SplitOpNotFoundError`, which lists them
-   as ``split_ops`` takes them (``"aten::name.overload"``); a
-   graph with nothing related stays one piece with a `SplitOpNotFoundWarning`.  AOT autograd
-   decomposes some ops (``aten.scaled_dot_product_attention`` becomes
-   ``aten._scaled_dot_product_flash_attention_for_cpu`` on CPU and other kernels on CUDA),
-   and which one depends on device and version, so msched does not guess: split at the op
-   the error names.  Every placeholder of every piece gets
+   call is a piece of its own; default `DEFAULT_SPLIT_OPS`: ``"msched::attention"`` and
+   ``"torch.nn.functional.scaled_dot_product_attention"``) with
+   ``torch.fx.passes.split_module``, keeping program order between pieces.  A split op is an
+   op (an ``OpOverload``; any overload of an ``OpOverloadPacket``; a qualified name
+   ``"namespace::name"`` or ``"namespace::name.overload"``, or as Python prints it:
+   ``"aten.mm.default"``, ``"torch.ops.aten.mm"``) or a torch-level function (the callable,
+   or its dotted name), matched when a graph is split, so naming an op needs no import of
+   the code that defines it (and a graph that never calls it is one piece).  One spelling
+   splits the graph of either compiler at the same calls (`msched.compile.split_ops`): an
+   AOT node answers to the Dynamo call it came from, so the torch function, its aten op
+   (``aten::scaled_dot_product_attention``) and the kernel it became on this device
+   (``aten::_scaled_dot_product_flash_attention_for_cpu`` on CPU) all split at attention.
+   A graph that calls none of them but calls ops that look related (a graph that does not
+   say where its nodes came from, decomposed) raises `SplitOpNotFoundError`, which lists
+   them as ``split_ops`` takes them (``"aten::name.overload"``); a graph with nothing
+   related stays one piece with a `SplitOpNotFoundWarning` naming everything it calls.
+   Every placeholder of every piece gets
    ``meta["msched_storage"]``: the name of the storage root, in the unsplit graph, of the
    value it receives, so inputs of a piece that alias each other (a view taken before a split
    and its base) stay one storage for `msched.analysis.effects`.
@@ -124,7 +127,9 @@ class CompiledGraph:
 
 
 class MschedBackend:
-    """The callable `backend` returns; records what it compiled in `graphs` / `pieces`."""
+    """The callable `backend` returns; records what it compiled in `graphs` / `pieces`, under
+    both compilers: every graph Dynamo hands over (a recompile adds one; a graph whose
+    compile fails, or that Dynamo restarts, adds none)."""
 
     def __init__(
         self, config: BackendConfig, runtime_factory: Callable[[], StreamRuntime] = StreamRuntime
@@ -217,15 +222,18 @@ def backend(
     (an int in ``1..msched.MAX_STREAMS``).
 
     ``split_ops`` are where ``piecewise=True`` splits: a sequence of ``OpOverload``s,
-    ``OpOverloadPacket``s or qualified op names (``"namespace::name"`` for any overload,
+    ``OpOverloadPacket``s, qualified op names (``"namespace::name"`` for any overload,
     ``"namespace::name.overload"`` for one; ``"namespace.name[.overload]"``, as Python prints
-    an op, means the same), default `DEFAULT_SPLIT_OPS`
-    (``["msched::attention"]``, the attention of `msched.models.decoders`).  Names are
-    matched against the schema of each call when a graph is split, so the op need not exist
-    yet, and a graph that never calls it is one piece.  A graph that calls none of them but
-    ops that look related (AOT autograd decomposed the op) raises `msched.SplitOpNotFoundError`
-    listing them; a graph with nothing related is one piece, with a
-    `msched.SplitOpNotFoundWarning`.  ``cost_model`` is a `CostModel` (an object with a
+    an op, means the same) or torch-level functions (``F.scaled_dot_product_attention`` or
+    ``"torch.nn.functional.scaled_dot_product_attention"``), default `DEFAULT_SPLIT_OPS`
+    (the attention of `msched.models.decoders` and torch's, which ``transformers`` models
+    call).  They split the graph each compiler sees at the same calls (AOT autograd's
+    under ``"fx"``, Dynamo's under ``"inductor"``; `msched.compile.split_ops`).  Names are
+    matched when a graph is split, so the op need not exist yet, and a graph that never
+    calls it is one piece.  A graph that calls none of them but ops that look related
+    (decomposed out of sight) raises `msched.SplitOpNotFoundError` listing them; a graph
+    with nothing related is one piece, with a `msched.SplitOpNotFoundWarning` naming
+    everything it calls.  ``cost_model`` is a `CostModel` (an object with a
     ``cost(node)`` method).  ``verify=True`` verifies every piece and raises
     `msched.PieceVerificationError` naming it on a violation.  ``exit_edges=False`` is the
     ablation of `msched.schedule` that reproduces the Eagle3 bug (for tests and benchmarks).
