@@ -274,6 +274,37 @@ def test_backend_graphs_records_every_graph_under_inductor(inductor_cache: Any) 
     assert _graphs_after_calls("inductor") == [1, 1, 2]
 
 
+def test_a_graph_dynamo_restarts_from_inside_its_compile_is_recorded_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Dynamo restarts the analysis of some graphs from inside the backend's compile
+    (``TensorifyScalarRestartAnalysis``): the abandoned attempt is no graph of the backend's."""
+    from msched.compile import inductor_backend
+
+    class Restart(Exception):
+        pass
+
+    attempts: list[str] = []
+
+    def compile_graph_with_inductor(name: str, gm: GraphModule, *args: Any) -> Any:
+        attempts.append(name)
+        if len(attempts) == 1:
+            raise Restart
+        return gm.forward, gm, ()
+
+    monkeypatch.setattr(
+        inductor_backend, "compile_graph_with_inductor", compile_graph_with_inductor
+    )
+    b = msched.backend(compiler="inductor")
+    gm, x = symbolic_trace(Sine()), torch.randn(3)
+    with pytest.raises(Restart):
+        b(gm, [x])
+    assert b.graphs == ()
+    b(gm, [x])
+    assert attempts == ["graph0", "graph0"]
+    assert [(g.name, g.module, g.runtime) for g in b.graphs] == [("graph0", gm, None)]
+
+
 # --- real models: transformers ----------------------------------------------------------------
 
 
