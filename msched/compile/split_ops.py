@@ -319,6 +319,7 @@ def _is_torch_builtin(function: Any) -> bool:
     return method and getattr(torch.Tensor, name, None) is function
 
 
+@functools.cache
 def _aten_of(name: str) -> tuple[Any, ...]:
     """The aten op named ``name``: its only overload, or its packet when it has several."""
     packet = getattr(torch.ops.aten, name, None) if name.isidentifier() else None
