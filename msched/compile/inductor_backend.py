@@ -5,7 +5,9 @@ nothing.  Here msched schedules inside Inductor and proves the code Inductor gen
 
 For each graph Dynamo hands the backend:
 
-1. With ``piecewise=True``, split it at every ``split_ops`` call (`pieces.split_pieces`)
+1. With ``piecewise=True``, split it at every ``split_ops`` call (`pieces.split_pieces`;
+   Dynamo's graph calls torch-level functions, which `msched.compile.split_ops` matches
+   against any spelling of a split op)
    and compile every other piece now, for the fake inputs Dynamo's example inputs give it
    (`_piece_inputs`: symbolic sizes stay symbolic, so a piece compiles once, like the whole
    graph); the split calls run as they are.  Without, the graph is one piece, compiled now.
