@@ -273,3 +273,69 @@ def dynamo_current_stream(caller: torch.Stream) -> Iterator[None]:
         state.__init__ = original_init
         for module, getter in zip(getters, original, strict=True):
             module.get_current_stream = getter  # type: ignore[attr-defined]
+
+
+# What a graph's calls came from and dispatch to (msched.compile.split_ops) ------------------
+
+_SPLIT_OPS = "msched.compile.split_ops"
+
+
+def example_value(node: Node) -> Any:
+    """The fake value Dynamo computed for ``node`` (``meta["example_value"]``; None if none)."""
+    return node.meta.get("example_value")
+
+
+def source_function(node: Node) -> tuple[str, Any] | None:
+    """The call of the Dynamo graph a node of AOT autograd's graph came from: the name and
+    the function (or module class) of the last entry of ``meta["source_fn_stack"]``, or None."""
+    stack = node.meta.get("source_fn_stack")
+    if not stack:
+        return None
+    name, function = stack[-1]
+    return str(name), function
+
+
+def original_aten(node: Node) -> OpOverload | None:
+    """The aten overload AOT autograd was tracing when it made ``node``
+    (``meta["original_aten"]``: a ``getitem`` of a multi-output op names that op)."""
+    op = node.meta.get("original_aten")
+    return op if isinstance(op, OpOverload) else None
+
+
+def ops_dispatched_by(function: Callable[..., Any], args: Any, kwargs: Any) -> tuple[Any, ...]:
+    """The overloads ``function(*args, **kwargs)`` dispatches to below autograd (composite
+    ops decomposed: ``scaled_dot_product_attention`` runs a kernel such as
+    ``_scaled_dot_product_flash_attention_for_cpu``), each once, in the order first called.
+
+    The call runs on clones of its fake tensor arguments, in their fake mode (with its shape
+    environment) and without grad, so nothing real runs and no argument changes.  () when no
+    argument is a fake tensor, or when the call raises: what it calls is then unknown."""
+    fake_type = require("torch._subclasses.fake_tensor", "FakeTensor", _SPLIT_OPS)
+    flat, _ = tree_flatten((args, kwargs))
+    modes = {id(v.fake_mode): v.fake_mode for v in flat if isinstance(v, fake_type)}
+    if len(modes) != 1:  # no fake argument, or fakes of two modes: nothing to run it in
+        return ()
+    (mode,) = modes.values()
+    python_dispatcher = require("torch._dispatch.python", "enable_python_dispatcher", _SPLIT_OPS)
+    base = require("torch.utils._python_dispatch", "TorchDispatchMode", _SPLIT_OPS)
+    called: dict[Any, None] = {}
+
+    class Recorder(base):  # type: ignore[misc,valid-type]
+        def __torch_dispatch__(self, func: Any, types: Any, a: Any = (), k: Any = None) -> Any:
+            called.setdefault(func)
+            return func(*a, **(k or {}))
+
+    def clone(value: Any) -> Any:
+        return value.clone() if isinstance(value, torch.Tensor) else value
+
+    shape_env = getattr(mode, "shape_env", None)
+    fresh = shape_env.ignore_fresh_unbacked_symbols() if shape_env else contextlib.nullcontext()
+    with torch.no_grad(), mode, python_dispatcher(), fresh, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            own_args, own_kwargs = tree_map(clone, (args, kwargs))
+            with Recorder():
+                function(*own_args, **own_kwargs)
+        except Exception:  # noqa: BLE001 - a call that fails here calls nothing we know of
+            return ()
+    return tuple(called)

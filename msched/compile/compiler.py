@@ -13,20 +13,23 @@ For each graph dynamo hands it:
    op's schema (`msched.compile._reinplace`); the ``copy_`` write-backs that become ``copy_(x, x)``
    disappear.
 3. With ``piecewise=True``, split the graph at every call of a ``split_ops`` op (each such
-   call is a piece of its own; default: the qualified name ``"msched::attention"``) with
-   ``torch.fx.passes.split_module``, keeping program order between pieces.  A split op is
-   matched exactly: an ``OpOverload``; any overload of an ``OpOverloadPacket``; a qualified
-   name ``"namespace::name"`` (any overload) or ``"namespace::name.overload"`` (or as Python
-   prints it: ``"aten.mm.default"``, ``"torch.ops.aten.mm"``), compared with
-   the schema of each call when a graph is split, so naming an op needs no import of the code
-   that defines it (and a graph that never calls it is one piece).  A graph that calls none
-   of them but calls ops that look related raises `SplitOpNotFoundError`, which lists them
-   as ``split_ops`` takes them (``"aten::name.overload"``); a
-   graph with nothing related stays one piece with a `SplitOpNotFoundWarning`.  AOT autograd
-   decomposes some ops (``aten.scaled_dot_product_attention`` becomes
-   ``aten._scaled_dot_product_flash_attention_for_cpu`` on CPU and other kernels on CUDA),
-   and which one depends on device and version, so msched does not guess: split at the op
-   the error names.  Every placeholder of every piece gets
+   call is a piece of its own; default `DEFAULT_SPLIT_OPS`: ``"msched::attention"`` and
+   ``"torch.nn.functional.scaled_dot_product_attention"``) with
+   ``torch.fx.passes.split_module``, keeping program order between pieces.  A split op is an
+   op (an ``OpOverload``; any overload of an ``OpOverloadPacket``; a qualified name
+   ``"namespace::name"`` or ``"namespace::name.overload"``, or as Python prints it:
+   ``"aten.mm.default"``, ``"torch.ops.aten.mm"``) or a torch-level function (the callable,
+   or its dotted name), matched when a graph is split, so naming an op needs no import of
+   the code that defines it (and a graph that never calls it is one piece).  One spelling
+   splits the graph of either compiler at the same calls (`msched.compile.split_ops`): an
+   AOT node answers to the Dynamo call it came from, so the torch function, its aten op
+   (``aten::scaled_dot_product_attention``) and the kernel it became on this device
+   (``aten::_scaled_dot_product_flash_attention_for_cpu`` on CPU) all split at attention.
+   A graph that calls none of them but calls ops that look related (a graph that does not
+   say where its nodes came from, decomposed) raises `SplitOpNotFoundError`, which lists
+   them as ``split_ops`` takes them (``"aten::name.overload"``); a graph with nothing
+   related stays one piece with a `SplitOpNotFoundWarning` naming everything it calls.
+   Every placeholder of every piece gets
    ``meta["msched_storage"]``: the name of the storage root, in the unsplit graph, of the
    value it receives, so inputs of a piece that alias each other (a view taken before a split
    and its base) stay one storage for `msched.analysis.effects`.
@@ -41,7 +44,6 @@ Errors raised inside a backend reach the caller of a ``torch.compile``'d model w
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,12 +58,13 @@ from msched._torch_internals import (
 from msched.analysis.cost import CostModel, check_cost_model
 from msched.compile._reinplace import reinplace
 from msched.compile.pieces import (
-    _OP_KINDS,
     Piece,
     _submodule_calls,
     check_split_ops_occur,
+    find_split_calls,
     split_pieces,
 )
+from msched.compile.split_ops import parse_split_ops
 from msched.errors import (
     InvalidArgumentError,
     MschedError,
@@ -74,9 +77,11 @@ from msched.proof.verifier import verify
 from msched.runtime import StreamRuntime
 from msched.scheduling.pipeline import schedule
 
-#: Where ``piecewise=True`` splits by default: the attention op of the reference decoders,
-#: by name, so the backend imports no model to have it (see `backend`).
-DEFAULT_SPLIT_OPS = ("msched::attention",)
+#: Where ``piecewise=True`` splits by default: attention, by name, so the backend imports no
+#: model to have it (see `backend`): the attention op of msched's reference decoders, and
+#: torch's, which ``transformers`` models call (``attn_implementation="sdpa"``, their default)
+#: and which is one kernel or another by device (`msched.compile.split_ops`).
+DEFAULT_SPLIT_OPS = ("msched::attention", "torch.nn.functional.scaled_dot_product_attention")
 #: The values of ``backend(compiler=...)``.
 COMPILERS = ("fx", "inductor")
 
@@ -105,16 +110,26 @@ class BackendConfig:
 
 @dataclass(frozen=True)
 class CompiledGraph:
-    """One graph dynamo handed to the backend: the module that runs it and its pieces."""
+    """One graph Dynamo handed to the backend (``graph<i>``): the module that runs it, its
+    pieces and the runtime it runs in.
+
+    ``compiler="fx"``: ``module`` is the scheduled AOT graph (piecewise: the module that
+    stitches its pieces) and ``runtime`` the `StreamRuntime` it runs in.
+    ``compiler="inductor"``: ``module`` is the graph Dynamo handed over (piecewise: the module
+    that stitches its pieces, the compiled ones in their places) and ``runtime`` is None (a
+    compiled piece installs its own streams; `msched.compile.inductor_backend`).
+    """
 
     name: str
     module: GraphModule
     pieces: tuple[Piece, ...]
-    runtime: StreamRuntime
+    runtime: StreamRuntime | None
 
 
 class MschedBackend:
-    """The callable `backend` returns; records what it compiled in `graphs` / `pieces`."""
+    """The callable `backend` returns; records what it compiled in `graphs` / `pieces`, under
+    both compilers: every graph Dynamo hands over (a recompile adds one; a graph whose
+    compile fails, or that Dynamo restarts, adds none)."""
 
     def __init__(
         self, config: BackendConfig, runtime_factory: Callable[[], StreamRuntime] = StreamRuntime
@@ -123,8 +138,6 @@ class MschedBackend:
         # Benchmarks pass a runtime that delays auxiliary streams; everyone else the default.
         self.runtime_factory = runtime_factory
         self._graphs: list[CompiledGraph] = []
-        self._inductor_pieces: list[Piece] = []
-        self._inductor_graphs = 0
         self.__name__ = "msched"
 
     @property
@@ -135,7 +148,7 @@ class MschedBackend:
     @property
     def pieces(self) -> tuple[Piece, ...]:
         """The pieces of every graph compiled so far, in order."""
-        return tuple(p for g in self._graphs for p in g.pieces) + tuple(self._inductor_pieces)
+        return tuple(p for g in self._graphs for p in g.pieces)
 
     def __call__(self, gm: GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         if self.config.compiler == "inductor":
@@ -143,11 +156,13 @@ class MschedBackend:
 
             if _needs_autograd(example_inputs):
                 self._refuse_training(gm, example_inputs)
-            name = f"graph{len(self._graphs) + self._inductor_graphs}"
-            compiled = compile_graph_with_inductor(
-                name, gm, example_inputs, self.config, self._inductor_pieces
+            name = f"graph{len(self._graphs)}"
+            compiled, module, made = compile_graph_with_inductor(
+                name, gm, example_inputs, self.config
             )
-            self._inductor_graphs += 1  # a graph Dynamo restarts or that fails takes no name
+            # Only now: a graph Dynamo restarts from inside its compile, or that fails,
+            # raised above, so it takes no name and leaves no pieces.
+            self._graphs.append(CompiledGraph(name, module, made, None))
             return compiled
         return aot_module_simplified(
             gm,
@@ -165,9 +180,10 @@ class MschedBackend:
 
     def _compile_inference(self, gm: GraphModule, example_inputs: Sequence[Any]) -> Any:
         name = f"graph{len(self._graphs)}"
-        compiled = compile_graph(gm, self.config, name, self.runtime_factory())
+        runtime = self.runtime_factory()
+        compiled = compile_graph(gm, self.config, name, runtime)
         self._graphs.append(compiled)
-        return _BoxedRunner(compiled.module, compiled.runtime)
+        return _BoxedRunner(compiled.module, runtime)
 
 
 def _needs_autograd(example_inputs: Sequence[Any]) -> bool:
@@ -206,15 +222,18 @@ def backend(
     (an int in ``1..msched.MAX_STREAMS``).
 
     ``split_ops`` are where ``piecewise=True`` splits: a sequence of ``OpOverload``s,
-    ``OpOverloadPacket``s or qualified op names (``"namespace::name"`` for any overload,
+    ``OpOverloadPacket``s, qualified op names (``"namespace::name"`` for any overload,
     ``"namespace::name.overload"`` for one; ``"namespace.name[.overload]"``, as Python prints
-    an op, means the same), default `DEFAULT_SPLIT_OPS`
-    (``["msched::attention"]``, the attention of `msched.models.decoders`).  Names are
-    matched against the schema of each call when a graph is split, so the op need not exist
-    yet, and a graph that never calls it is one piece.  A graph that calls none of them but
-    ops that look related (AOT autograd decomposed the op) raises `msched.SplitOpNotFoundError`
-    listing them; a graph with nothing related is one piece, with a
-    `msched.SplitOpNotFoundWarning`.  ``cost_model`` is a `CostModel` (an object with a
+    an op, means the same) or torch-level functions (``F.scaled_dot_product_attention`` or
+    ``"torch.nn.functional.scaled_dot_product_attention"``), default `DEFAULT_SPLIT_OPS`
+    (the attention of `msched.models.decoders` and torch's, which ``transformers`` models
+    call).  They split the graph each compiler sees at the same calls (AOT autograd's
+    under ``"fx"``, Dynamo's under ``"inductor"``; `msched.compile.split_ops`).  Names are
+    matched when a graph is split, so the op need not exist yet, and a graph that never
+    calls it is one piece.  A graph that calls none of them but ops that look related
+    (decomposed out of sight) raises `msched.SplitOpNotFoundError` listing them; a graph
+    with nothing related is one piece, with a `msched.SplitOpNotFoundWarning` naming
+    everything it calls.  ``cost_model`` is a `CostModel` (an object with a
     ``cost(node)`` method).  ``verify=True`` verifies every piece and raises
     `msched.PieceVerificationError` naming it on a violation.  ``exit_edges=False`` is the
     ablation of `msched.schedule` that reproduces the Eagle3 bug (for tests and benchmarks).
@@ -229,56 +248,13 @@ def backend(
         raise InvalidArgumentError(
             f"compiler must be one of {', '.join(map(repr, COMPILERS))}, got {compiler!r}"
         )
-    ops = _check_split_ops(split_ops) if split_ops is not None else DEFAULT_SPLIT_OPS
+    ops = parse_split_ops(split_ops) if split_ops is not None else DEFAULT_SPLIT_OPS
     check_cost_model(cost_model)
     flags = {"piecewise": piecewise, "verify": verify, "exit_edges": exit_edges}
     for flag, value in flags.items():
         check_flag(value, flag)
     config = BackendConfig(num_streams, piecewise, ops, verify, cost_model, exit_edges, compiler)
     return MschedBackend(config)
-
-
-_QUALIFIED_NAME = re.compile(r"[A-Za-z_]\w*::[A-Za-z_]\w*(\.[A-Za-z_]\w*)?")
-# How Python prints an op: ``aten.mm.default``, ``torch.ops.aten.mm`` (namespace.name[.overload])
-_DOTTED_NAME = re.compile(r"(?:torch\.ops\.)?([A-Za-z_]\w*)\.([A-Za-z_]\w*)(\.[A-Za-z_]\w*)?")
-
-
-def _split_op_spec(op: Any) -> Any:
-    """``op`` as `_is_split_op` matches it (a dotted name becomes ``"ns::name[.overload]"``),
-    or None when it names no op."""
-    if isinstance(op, _OP_KINDS):
-        return op
-    if not isinstance(op, str):
-        return None
-    if _QUALIFIED_NAME.fullmatch(op):
-        return op
-    dotted = _DOTTED_NAME.fullmatch(op)
-    if dotted is None:
-        return None
-    namespace, name, overload = dotted.groups()
-    return f"{namespace}::{name}{overload or ''}"
-
-
-def _check_split_ops(split_ops: Any) -> tuple[Any, ...]:
-    """``split_ops`` as a tuple, or `InvalidArgumentError` unless it is a non-empty sequence of
-    torch ops or qualified op names (a single op or a string is refused, not iterated)."""
-    if isinstance(split_ops, (str, bytes, *_OP_KINDS)) or not isinstance(split_ops, Iterable):
-        raise InvalidArgumentError(
-            f"split_ops must be a sequence of torch ops or qualified op names (e.g. "
-            f'["msched::attention"]), got {split_ops!r} ({type(split_ops).__name__})'
-        )
-    given = tuple(split_ops)
-    ops = tuple(_split_op_spec(op) for op in given)
-    bad = [op for op, spec in zip(given, ops, strict=True) if spec is None]
-    if bad:
-        raise InvalidArgumentError(
-            "split_ops must be torch ops (OpOverload or OpOverloadPacket) or qualified op "
-            f'names ("namespace::name", "namespace::name.overload" or "namespace.name.overload"'
-            f"), got {bad!r}"
-        )
-    if not ops:
-        raise InvalidArgumentError("split_ops must name at least one op to split at")
-    return ops
 
 
 def compile_graph(
@@ -293,8 +269,9 @@ def compile_graph(
     """
     reinplace(gm)
     if config.piecewise:
-        check_split_ops_occur(gm.graph, config.split_ops, name)
-        module = split_pieces(gm, config.split_ops)
+        calls = find_split_calls(gm.graph, config.split_ops)
+        check_split_ops_occur(gm.graph, config.split_ops, name, calls)
+        module = split_pieces(gm, config.split_ops, calls)
         parts = [(f"{name}.{sub}", getattr(module, sub)) for sub in _submodule_calls(module)]
     else:
         module, parts = gm, [(name, gm)]

@@ -5,7 +5,9 @@ nothing.  Here msched schedules inside Inductor and proves the code Inductor gen
 
 For each graph Dynamo hands the backend:
 
-1. With ``piecewise=True``, split it at every ``split_ops`` call (`pieces.split_pieces`)
+1. With ``piecewise=True``, split it at every ``split_ops`` call (`pieces.split_pieces`;
+   Dynamo's graph calls torch-level functions, which `msched.compile.split_ops` matches
+   against any spelling of a split op)
    and compile every other piece now, for the fake inputs Dynamo's example inputs give it
    (`_piece_inputs`: symbolic sizes stay symbolic, so a piece compiles once, like the whole
    graph); the split calls run as they are.  Without, the graph is one piece, compiled now.
@@ -396,31 +398,31 @@ def _define_stream_names(module: Any, code: str, streams: NativeStreams) -> None
 
 
 def compile_graph_with_inductor(
-    name: str, gm: GraphModule, example_inputs: Sequence[Any], config: Any, sink: list[Any]
-) -> Callable[..., Any]:
-    """What the backend returns to Dynamo for ``gm`` (module docstring, step 1).  Its pieces
-    join ``sink`` once all of them compiled: Dynamo restarts the analysis of some graphs from
-    inside a compile (``TensorifyScalarRestartAnalysis``, a float it must specialize), and
-    the pieces of the abandoned attempt are no pieces of the backend's."""
+    name: str, gm: GraphModule, example_inputs: Sequence[Any], config: Any
+) -> tuple[Callable[..., Any], GraphModule, tuple[Piece, ...]]:
+    """What the backend returns to Dynamo for ``gm`` (module docstring, step 1), the module
+    that runs it (``gm``, or with ``piecewise=True`` its split module) and its pieces, in
+    order.  The backend records them only once this returns: Dynamo restarts the analysis of
+    some graphs from inside a compile (``TensorifyScalarRestartAnalysis``, a float it must
+    specialize), and the abandoned attempt is no graph of the backend's."""
     made: list[Piece] = []
     if config.piecewise:
-        compiled: Callable[..., Any] = _compile_split(name, gm, example_inputs, config, made)
-    else:
-        compiled = compile_piece(name, gm, example_inputs, config, made)
-    sink.extend(made)
-    return compiled
+        module = _compile_split(name, gm, example_inputs, config, made)
+        return module, module, tuple(made)
+    return compile_piece(name, gm, example_inputs, config, made), gm, tuple(made)
 
 
 def _compile_split(
     name: str, gm: GraphModule, example_inputs: Sequence[Any], config: Any, made: list[Any]
 ) -> GraphModule:
     """``gm`` split at its split ops, every other piece compiled in its place."""
-    pieces.check_split_ops_occur(gm.graph, config.split_ops, name)
-    module = pieces.split_pieces(gm, config.split_ops)
+    calls = pieces.find_split_calls(gm.graph, config.split_ops)
+    pieces.check_split_ops_occur(gm.graph, config.split_ops, name, calls)
+    module = pieces.split_pieces(gm, config.split_ops, calls)
+    split = pieces.split_call_pieces(module)
     for sub, inputs in _piece_inputs(module, example_inputs).items():
-        part = getattr(module, sub)
-        if not any(pieces._is_split_op(n, config.split_ops) for n in part.graph.nodes):
-            piece = compile_piece(f"{name}.{sub}", part, inputs, config, made)
+        if sub not in split:
+            piece = compile_piece(f"{name}.{sub}", getattr(module, sub), inputs, config, made)
             setattr(module, sub, _CompiledModule(piece))
     return module
 

@@ -12,9 +12,9 @@ from typing import Any
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.split_module import split_module
 
-from msched._torch_internals import OpOverload, OpOverloadPacket, qualified_name, schema_of
 from msched.analysis.effects import STORAGE_META, Effects, compute_effects
 from msched.analysis.nodes import INPUT_OPS
+from msched.compile.split_ops import OP_KINDS, CallIndex, describe, qualified_op_name
 from msched.errors import InvalidGraphError, SplitOpNotFoundError, SplitOpNotFoundWarning
 from msched.proof.verifier import Report
 from msched.scheduling.pipeline import Schedule
@@ -43,73 +43,65 @@ class Piece:
     kernel_order: GraphModule | None = None
 
 
-_OP_KINDS = (OpOverload, OpOverloadPacket)
-
-
-def qualified_op_name(op: Any) -> str:
-    """``op`` spelled as ``split_ops`` takes it: ``"aten::mm.default"``, ``"aten::mm"``."""
-    if isinstance(op, OpOverload):
-        schema = schema_of(op)
-        return f"{schema.name}.{schema.overload_name or 'default'}"
-    if isinstance(op, OpOverloadPacket):
-        return qualified_name(op)
-    return str(op)
+_OP_KINDS = OP_KINDS
+#: ``meta`` key of a split module: the names of its submodules that are split calls.
+SPLIT_CALLS_META = "msched_split_calls"
 
 
 def _is_split_op(node: Node, split_ops: tuple[Any, ...]) -> bool:
-    """Whether ``node`` calls one of ``split_ops`` (see `backend` for how each is matched)."""
-    if node.op != "call_function":
-        return False
-    target = node.target
-    packet = getattr(target, "overloadpacket", None)
-    return any(
-        target is op or (packet is not None and packet is op) or _has_name(target, op)
-        for op in split_ops
-    )
+    """Whether ``node`` calls one of ``split_ops`` (`msched.compile.split_ops`)."""
+    return CallIndex(node.graph.owning_module).matches(node, split_ops)
 
 
-def _has_name(target: Any, name: Any) -> bool:
-    """Whether the op ``target`` is the one the qualified name ``name`` stands for (an
-    ``OpOverloadPacket``, as Dynamo's graphs call custom ops, by a name without overload)."""
-    if isinstance(name, str) and isinstance(target, OpOverloadPacket):
-        return "." not in name and qualified_name(target) == name
-    if not isinstance(name, str) or not isinstance(target, OpOverload):
-        return False
-    schema = schema_of(target)
-    if "." not in name:
-        return bool(schema.name == name)
-    return f"{schema.name}.{schema.overload_name or 'default'}" == name
+def find_split_calls(graph: Graph, split_ops: tuple[Any, ...]) -> dict[Node, str]:
+    """Every node of ``graph`` that calls one of ``split_ops``, with the call of the user's
+    program it belongs to (`CallIndex.call_of`): consecutive nodes of one call are one piece."""
+    index = CallIndex(graph.owning_module)
+    return {n: index.call_of(n) for n in graph.nodes if index.matches(n, split_ops)}
 
 
-def check_split_ops_occur(graph: Graph, split_ops: tuple[Any, ...], name: str = "graph") -> None:
-    """Say so when no op of ``split_ops`` is called in ``graph``.
+def check_split_ops_occur(
+    graph: Graph,
+    split_ops: tuple[Any, ...],
+    name: str = "graph",
+    calls: dict[Node, str] | None = None,
+) -> None:
+    """Say so when no op of ``split_ops`` is called in ``graph`` (``calls``: its
+    `find_split_calls`, found again when not given).
 
-    AOT autograd may decompose a split op (``aten.scaled_dot_product_attention``), and
-    splitting at nothing would silently give one piece: when the graph has ops that look
-    related (their name holds every word of a split op's name), raise `SplitOpNotFoundError`
-    naming them.  A graph with nothing related has nothing to split (the graph after a graph
-    break, say): it stays one piece, with a `SplitOpNotFoundWarning` naming its ops.
+    AOT autograd may decompose a split op, and splitting at nothing would silently give one
+    piece: when the graph calls ops that look related (their name holds every word of a
+    split op's name), raise `SplitOpNotFoundError` naming them.  A graph with nothing
+    related has nothing to split (the graph after a graph break, say): it stays one piece,
+    with a `SplitOpNotFoundWarning` naming everything it calls (ops, torch-level functions,
+    Tensor methods, modules), each once, sorted.
     """
-    calls = [n for n in graph.nodes if n.op == "call_function"]
-    if any(_is_split_op(n, split_ops) for n in calls):
+    if calls is None:
+        calls = find_split_calls(graph, split_ops)
+    if calls:
         return
+    index = CallIndex(graph.owning_module)
+    nodes = [n for n in graph.nodes if n.op in ("call_function", "call_method", "call_module")]
     targets = sorted(
-        {qualified_op_name(n.target) for n in calls if isinstance(n.target, _OP_KINDS)}
+        {qualified_op_name(n.target) for n in nodes if isinstance(n.target, _OP_KINDS)}
     )
     for op in split_ops:
-        words = set(_op_words(op))
-        related = [t for t in targets if words <= set(_op_words(t))]
+        is_op = isinstance(op, _OP_KINDS) or (isinstance(op, str) and "::" in op)
+        words = set(_op_words(op)) if is_op else None
+        related = [t for t in targets if words and words <= set(_op_words(t))]
         if related:
             raise SplitOpNotFoundError(
-                f"split op {qualified_op_name(op)} never occurs in {name}: AOT autograd "
-                f"decomposed it; ops of the graph that look related: {', '.join(related)}; "
+                f"split op {describe(op)} never occurs in {name}: it was decomposed (AOT "
+                f"autograd decomposes ops); ops of the graph that look related: "
+                f"{', '.join(related)}; "
                 f"split at those (split_ops={related!r})"
             )
-    shown = ", ".join(targets[:12]) + (", ..." if len(targets) > 12 else "")
-    ops = ", ".join(map(str, split_ops))
+    called = sorted({index.call(n).label for n in nodes})
+    ops = ", ".join(map(describe, split_ops))
     warnings.warn(
         SplitOpNotFoundWarning(
-            f"{name} calls no split op ({ops}), so it is one piece; its ops: {shown or 'none'}"
+            f"{name} calls no split op ({ops}), so it is one piece; "
+            f"it calls: {', '.join(called) or 'nothing'}"
         ),
         stacklevel=2,
     )
@@ -117,29 +109,38 @@ def check_split_ops_occur(graph: Graph, split_ops: tuple[Any, ...], name: str = 
 
 def _op_words(op: Any) -> list[str]:
     """The words of an op's name without namespace and overload: ``aten.mm.default`` -> mm."""
-    parts = str(op).replace("::", ".").split(".")  # namespace.name[.overload]
+    parts = qualified_op_name(op).replace("::", ".").split(".")  # namespace.name[.overload]
     return [w for w in parts[min(1, len(parts) - 1)].split("_") if w]
 
 
-def split_pieces(gm: GraphModule, split_ops: tuple[Any, ...]) -> GraphModule:
-    """Split ``gm`` so that every call of a ``split_ops`` op is a piece of its own.
+def split_pieces(
+    gm: GraphModule, split_ops: tuple[Any, ...], calls: dict[Node, str] | None = None
+) -> GraphModule:
+    """Split ``gm`` so that every call of a ``split_ops`` op is a piece of its own
+    (``calls``: the graph's `find_split_calls`, found again when not given).
 
     Pieces are the maximal runs of program order between split calls, so running them in
-    order runs the program in order (mutations included).  Returns the stitching module;
-    its ``submod_<k>`` attributes are the pieces, whose placeholders are labelled with the
-    storage they receive (`label_piece_inputs`).
+    order runs the program in order (mutations included); consecutive nodes of one call
+    (a kernel and the ``getitem`` of its output) are one split piece.  Returns the stitching
+    module; its ``submod_<k>`` attributes are the pieces, whose placeholders are labelled with
+    the storage they receive (`label_piece_inputs`), and ``meta[SPLIT_CALLS_META]`` names
+    the split pieces (`split_call_pieces`).
     """
+    if calls is None:
+        calls = find_split_calls(gm.graph, split_ops)
     effects = compute_effects(gm.graph)
     partition: dict[Node, int] = {}
-    current = 0
+    current, last_call = 0, None
     for node in gm.graph.nodes:
         if node.op in INPUT_OPS or node.op == "output":
             continue
-        if _is_split_op(node, split_ops):
-            partition[node] = current + 1
-            current += 2
-        else:
-            partition[node] = current
+        call = calls.get(node)
+        if call is not None and call != last_call:
+            current += 1 if current % 2 == 0 else 2
+        elif call is None and current % 2 == 1:
+            current += 1
+        partition[node] = current
+        last_call = call
     module = split_module(
         gm,
         gm,
@@ -149,7 +150,14 @@ def split_pieces(gm: GraphModule, split_ops: tuple[Any, ...]) -> GraphModule:
         keep_original_input_name=True,
     )
     label_piece_inputs(module, gm.graph, effects)
+    split = {f"submod_{k}" for k in partition.values() if k % 2 == 1}
+    module.meta[SPLIT_CALLS_META] = tuple(s for s in _submodule_calls(module) if s in split)
     return module
+
+
+def split_call_pieces(module: GraphModule) -> tuple[str, ...]:
+    """The submodules of a `split_pieces` module that are split calls, in order."""
+    return tuple(module.meta.get(SPLIT_CALLS_META, ()))
 
 
 def label_piece_inputs(module: GraphModule, parent: Graph, effects: Effects) -> None:
@@ -200,9 +208,12 @@ def _submodule_calls(module: GraphModule) -> list[str]:
 
 
 __all__ = [
+    "SPLIT_CALLS_META",
     "Piece",
     "check_split_ops_occur",
+    "find_split_calls",
     "label_piece_inputs",
     "qualified_op_name",
+    "split_call_pieces",
     "split_pieces",
 ]

@@ -180,6 +180,66 @@ def test_aot_autograd_and_the_compile_helpers_are_there() -> None:
         assert (torch.ones(2, 3) @ torch.empty(3, 4)).shape == (2, 4)
 
 
+def _attention(q: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.scaled_dot_product_attention(q, q, q).softmax(-1)
+
+
+def test_dynamo_and_aot_nodes_say_what_they_came_from() -> None:
+    """Dynamo's nodes carry fake example values; AOT autograd's the Dynamo call they came
+    from and the op they were traced under (`msched.compile.split_ops` reads them)."""
+    seen: dict[str, GraphModule] = {}
+
+    def inference(gm: GraphModule, example_inputs: object) -> object:
+        seen["aot"] = gm
+        return gm
+
+    def capture(gm: GraphModule, example_inputs: list[torch.Tensor]) -> object:
+        seen["dynamo"] = gm
+        return ti.aot_module_simplified(
+            gm, example_inputs, fw_compiler=inference, inference_compiler=inference
+        )
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(_attention, backend=capture)(torch.randn(1, 2, 4, 8))
+    sdpa = torch._C._nn.scaled_dot_product_attention
+    (call,) = seen["dynamo"].graph.find_nodes(op="call_function", target=sdpa)
+    fake = ti.require("torch._subclasses.fake_tensor", "FakeTensor", "msched.compile.split_ops")
+    assert isinstance(ti.example_value(call), fake), changed(
+        'a Dynamo node\'s meta["example_value"]', "msched.compile.split_ops"
+    )
+    kernel = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    (node,) = seen["aot"].graph.find_nodes(op="call_function", target=kernel)
+    (getitem,) = node.users
+    for made in (node, getitem):
+        source = ti.source_function(made)
+        assert source is not None and source[1] is sdpa, changed(
+            'an AOT node\'s meta["source_fn_stack"]', "msched.compile.split_ops"
+        )
+        assert str(ti.original_aten(made)) == str(kernel), changed(
+            'an AOT node\'s meta["original_aten"]', "msched.compile.split_ops"
+        )
+    assert ti.ops_dispatched_by(sdpa, (ti.example_value(call),) * 3, {}).count(kernel) == 1
+    assert ti.source_function(next(iter(seen["aot"].graph.nodes))) is None  # a placeholder
+
+
+def test_a_call_is_run_on_fake_values_to_see_what_it_dispatches_to() -> None:
+    with ti.fake_tensor_mode() as mode:
+        q = torch.empty(1, 2, 4, 8)
+    ops = ti.ops_dispatched_by(torch.Tensor.softmax, (q, -1), {})
+    assert torch.ops.aten._softmax.default in ops, changed(
+        "torch.utils._python_dispatch.TorchDispatchMode under a FakeTensorMode",
+        "msched.compile.split_ops",
+    )
+    shape = q.shape
+    assert ti.ops_dispatched_by(torch.Tensor.unsqueeze_, (q, 0), {}) == (
+        torch.ops.aten.unsqueeze_.default,
+    )
+    assert q.shape == shape and q.fake_mode is mode  # it ran on a clone
+    assert ti.ops_dispatched_by(torch.Tensor.softmax, (torch.ones(2), -1), {}) == ()  # real
+    assert ti.ops_dispatched_by(torch.Tensor.view, (q, 5), {}) == ()  # raises: unknown
+
+
 def test_dynamo_reads_the_caller_stream_while_patched_and_its_own_after() -> None:
     import torch._dynamo.utils as utils
 

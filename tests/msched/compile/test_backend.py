@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 from torch.fx import Graph, GraphModule, Node
+from torch.fx.experimental.proxy_tensor import make_fx
 
 import msched
 from msched.analysis.effects import _REGISTERED_MUTATIONS, _REGISTERED_SIDE_EFFECTS
@@ -609,11 +610,12 @@ def test_split_ops_by_qualified_name_match_their_overloads() -> None:
 def test_the_backend_imports_no_test_model() -> None:
     code = (
         "import sys, msched; b = msched.backend(piecewise=True); "
-        "print(sorted(m for m in sys.modules if m.startswith('msched.testing')), "
+        "print(sorted(m for m in sys.modules if m.startswith(('msched.testing', 'transformers'))), "
         "b.config.split_ops)"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert run.stdout.strip() == "[] ('msched::attention',)"
+    split_ops = "('msched::attention', 'torch.nn.functional.scaled_dot_product_attention')"
+    assert run.stdout.strip() == f"[] {split_ops}"
 
 
 # --- piecewise: a view taken before a split and its base stay one storage ------------------
@@ -714,18 +716,21 @@ class Attention(torch.nn.Module):
         return torch.nn.functional.scaled_dot_product_attention(q.sin(), k, v).cos()
 
 
-def test_split_op_decomposed_by_aot_raises_naming_the_ops_it_became() -> None:
+def test_a_split_op_decomposed_out_of_sight_raises_naming_the_ops_it_became() -> None:
+    """A graph that does not say which call its nodes came from (traced by ``make_fx``, not
+    by Dynamo and AOT autograd) cannot split at a decomposed op: it names the ops it became."""
     q = torch.randn(1, 2, 4, 8)
+    gm = make_fx(Attention())(q, q, q)
     sdpa = torch.ops.aten.scaled_dot_product_attention
-    b = msched.backend(num_streams=2, piecewise=True, split_ops=[sdpa])
+    config = compiler.BackendConfig(piecewise=True, split_ops=(sdpa,))
     match = (
-        r"split op aten::scaled_dot_product_attention never occurs in graph0: AOT autograd "
-        r"decomposed it; ops of the graph that look related: "
+        r"split op aten::scaled_dot_product_attention never occurs in graph0: it was "
+        r"decomposed \(AOT autograd decomposes ops\); ops of the graph that look related: "
         r"aten::_scaled_dot_product_flash_attention_for_cpu\.default; split at those "
         r"\(split_ops=\['aten::_scaled_dot_product_flash_attention_for_cpu\.default'\]\)"
     )
     with pytest.raises(msched.SplitOpNotFoundError, match=match) as info:
-        compile_and_run(Attention(), (q, q, q), b)
+        compiler.compile_graph(gm, config, "graph0")
     assert isinstance(info.value, msched.MschedError)
     # The op the error names, in the spelling it names it, is where the graph splits.
     named = str(info.value).rsplit("split_ops=['", 1)[1].split("'")[0]
@@ -751,8 +756,11 @@ def test_split_ops_take_the_spelling_python_prints_ops_in(spelling: str, canonic
 
 
 def test_a_graph_without_anything_like_a_split_op_is_one_piece_with_a_warning() -> None:
-    b = msched.backend(num_streams=2, piecewise=True)  # default: "msched::attention"
-    match = r"calls no split op \(msched::attention\), so it is one piece; its ops: .*mm"
+    b = msched.backend(num_streams=2, piecewise=True)  # default: attention
+    match = (
+        r"calls no split op \(msched::attention, torch\.nn\.functional\.scaled_dot_product_"
+        r"attention\), so it is one piece; it calls: .*aten::mm"
+    )
     with pytest.warns(msched.SplitOpNotFoundWarning, match=match):
         compile_and_run(ScaleInto(), (torch.randn(4, 8), torch.zeros(4, 8)), b)
     assert len(b.pieces) == 1
