@@ -337,3 +337,25 @@ def test_hand_made_torch_synchronize_is_capture_sync(sync: Any) -> None:
     gm = _torch_graph(sync)
     assert [k for k, _ in faults(msched.verify(gm, cuda_graph=True))] == ["capture-sync"]
     assert msched.verify(_torch_graph(None), cuda_graph=True).ok
+
+
+@pytest.mark.slow
+def test_msched_pieces_and_their_inductor_kernel_orders_are_capture_safe() -> None:
+    """TinyDecoder compiled piecewise on 3 streams by both compilers: each scheduled piece
+    (FX) and each final kernel order Inductor generated for msched's pieces is capture-safe."""
+    from msched.testing.decoders import TinyDecoder
+
+    model = TinyDecoder(2, 16, (1,), moe=True)
+    x, cap = model.example_inputs(4)
+    for gm in msched.compile_pieces(model, x, cap, num_streams=3, piecewise=True):
+        assert msched.verify(gm, cuda_graph=True).ok, gm
+    b = msched.backend(num_streams=3, compiler="inductor", piecewise=True)
+    torch.compiler.reset()
+    with torch.no_grad():
+        torch.compile(model, backend=b)(x, torch.zeros_like(cap))
+    orders = [p.kernel_order for p in b.pieces]
+    assert len(orders) >= 2 and all(order is not None for order in orders)
+    for piece in b.pieces:
+        assert piece.kernel_order is not None
+        report = msched.verify(piece.kernel_order, cuda_graph=True)
+        assert report.ok, f"{piece.name}: {report}"
