@@ -16,6 +16,7 @@ pytest.register_assert_rewrite("pytest_msched.assertions")
 
 if TYPE_CHECKING:
     from pytest_msched.assertions import (
+        assert_capture_safe,
         assert_captures_precede_output,
         assert_exit_waits_on,
         assert_race_free,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ScheduledGraphExtension",
+    "assert_capture_safe",
     "assert_captures_precede_output",
     "assert_exit_waits_on",
     "assert_race_free",
@@ -35,6 +37,7 @@ __all__ = [
 # the helpers import torch, which a pytest-xdist controller (it runs no test) does not need.
 _HOMES = {
     "ScheduledGraphExtension": "pytest_msched.snapshot",
+    "assert_capture_safe": "pytest_msched.assertions",
     "assert_captures_precede_output": "pytest_msched.assertions",
     "assert_exit_waits_on": "pytest_msched.assertions",
     "assert_race_free": "pytest_msched.assertions",

@@ -56,7 +56,9 @@ class Settings:
     (`DEFAULT_STREAMS`); ``verify``, ``"strict"`` (the default) or ``"off"``; ``dump_dir``,
     where the graphs of failing tests are written (``None``, the default: nowhere);
     ``scheduler``, the default of the ``msched_scheduler`` fixture (`msched.schedule`);
-    ``dialect``, the default of the ``msched_dialect`` fixture (``None``: detect).
+    ``dialect``, the default of the ``msched_dialect`` fixture (``None``: detect);
+    ``cuda_graph``, whether ``schedule_graph`` also checks that the schedule can be captured
+    as a CUDA graph (``msched.verify(..., cuda_graph=True)``; default False).
     """
 
     streams: tuple[int, ...]
@@ -64,6 +66,7 @@ class Settings:
     dump_dir: Path | None
     scheduler: Scheduler
     dialect: Dialect | None = None
+    cuda_graph: bool = False
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -113,6 +116,17 @@ def add_options(parser: pytest.Parser) -> None:
         "package.module:attribute naming a msched.Dialect (default: ini msched_dialect, then "
         "detected from each graph's ops)",
     )
+    group.addoption(
+        "--msched-cuda-graph",
+        dest="msched_cuda_graph",
+        default=None,
+        nargs="?",
+        const="on",
+        metavar="on|off",
+        help="on: schedule_graph also fails a schedule that cannot be captured as a CUDA graph "
+        "(msched.verify(..., cuda_graph=True): capture-sync, capture-fork, capture-join); "
+        "the flag alone means on (default: ini msched_cuda_graph, then off)",
+    )
     parser.addini(
         "msched_streams",
         "stream counts of multistream tests, e.g. 2,3 (overridden by --msched-streams)",
@@ -136,6 +150,25 @@ def add_options(parser: pytest.Parser) -> None:
         "namespace or package.module:attribute (overridden by --msched-dialect)",
         default="",
     )
+    parser.addini(
+        "msched_cuda_graph",
+        "on: schedule_graph also checks the CUDA-graph capture rules (overridden by "
+        "--msched-cuda-graph)",
+        default="",
+    )
+
+
+#: The words ``--msched-cuda-graph`` and the ini option ``msched_cuda_graph`` take.
+CUDA_GRAPH_WORDS = {"on": True, "true": True, "yes": True, "1": True}
+CUDA_GRAPH_WORDS |= {"off": False, "false": False, "no": False, "0": False}
+
+
+def parse_cuda_graph(text: str) -> bool:
+    """``on`` / ``off`` (or true/false, yes/no, 1/0, any case); `ValueError` otherwise."""
+    word = text.strip().lower()
+    if word not in CUDA_GRAPH_WORDS:
+        raise ValueError("expected on or off")
+    return CUDA_GRAPH_WORDS[word]
 
 
 def parse_streams(value: object) -> tuple[int, ...]:
@@ -297,6 +330,7 @@ OPTION_NAMES = (
     "msched_dump",
     "msched_scheduler",
     "msched_dialect",
+    "msched_cuda_graph",
 )
 
 
@@ -324,10 +358,12 @@ def resolve_settings(config: pytest.Config) -> Settings:
     dump_dir = _dump_dir(config)
     scheduler = _resolved(config, "msched_scheduler", parse_scheduler)
     dialect = _resolved(config, "msched_dialect", parse_dialect)
+    cuda_graph = _resolved(config, "msched_cuda_graph", parse_cuda_graph)
     return Settings(
         streams=streams or DEFAULT_STREAMS,
         verify=verify or "strict",
         dump_dir=dump_dir,
         scheduler=scheduler or msched.schedule,
         dialect=dialect,
+        cuda_graph=bool(cuda_graph),
     )

@@ -268,7 +268,9 @@ class MschedSession:
         dialect: Dialect | str | None = None,
     ) -> checks.ScheduleCheck | checks.SchedulerFailure:
         """Schedule ``gm`` with ``scheduler`` (None: `msched.schedule`) and, unless ``verify``
-        is off, verify it (read in ``dialect``; None: detected) for the test ``nodeid``; count
+        is off, verify it (read in ``dialect``, the configured one, unless msched made the
+        result; see `msched.testing.checks.resolve_dialect`), with the capture rules when
+        ``cuda_graph`` is on, for the test ``nodeid``; count
         it in the summary and keep it for a dump.
 
         A scheduler that raises or returns something that cannot be read gives the
@@ -278,7 +280,13 @@ class MschedSession:
 
         strict = self.settings.verify == "strict"
         check = checks.schedule_and_verify(
-            gm, num_streams, cost_model, strict=strict, scheduler=scheduler, dialect=dialect
+            gm,
+            num_streams,
+            cost_model,
+            strict=strict,
+            scheduler=scheduler,
+            dialect=dialect,
+            cuda_graph=self.settings.cuda_graph,
         )
         if isinstance(check, checks.SchedulerFailure):
             return check

@@ -7,7 +7,9 @@ scheduled graph around the problem, with their streams (`msched.testing.checks.e
 Each takes ``dialect``: the `msched.Dialect` (or a dialect name) of the graph's stream ops;
 ``None``, the default, is the dialect configured for the running test (its ``msched_dialect``
 fixture: ``--msched-dialect``, the ini option ``msched_dialect`` or a ``conftest.py``
-override), else the one detected from the graph's ops.  A graph with ops that look like
+override), else the one detected from the graph's ops; a graph msched made (`msched.trace_streams`,
+an Inductor kernel order, `msched.schedule`) is read in its own dialect
+(`msched.testing.checks.resolve_dialect`).  A graph with ops that look like
 stream ops but that the dialect does not read raises `msched.UnreadStreamOpsError` naming them.
 The checks themselves are the plain functions of `msched.testing.checks`.
 """
@@ -22,6 +24,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from msched.analysis.nodes import node_named
+from msched.proof.capture import CAPTURE_KINDS
 from msched.proof.dialects import Dialect, interpret
 from msched.proof.verifier import verify
 from msched.testing.checks import (
@@ -39,11 +42,12 @@ from pytest_msched._session import configured_dialect
 
 
 def _reading(gm: GraphModule, dialect: Dialect | str | None) -> Dialect:
-    """The dialect ``gm`` is read in: ``dialect``, else the running test's, else detected.
+    """The dialect ``gm`` is read in: ``dialect``, else its own for a graph msched made,
+    else the running test's, else detected (`msched.testing.checks.resolve_dialect`).
 
     The graph is read in it at once, also by helpers whose check does not need its streams:
     stream ops the dialect cannot read fail every helper (`msched.UnreadStreamOpsError`)."""
-    read = resolve_dialect(gm, configured_dialect() if dialect is None else dialect)
+    read = resolve_dialect(gm, dialect, configured=configured_dialect())
     interpret(gm, read)
     return read
 
@@ -232,3 +236,24 @@ def assert_race_free(
     read = _reading(gm, dialect)
     report = verify(gm, original=original, dialect=read)
     assert report.ok, violation_message(gm, report, read)
+
+
+def assert_capture_safe(gm: GraphModule, dialect: Dialect | str | None = None) -> None:
+    """``gm`` can be captured as a CUDA graph on the caller's stream and replayed:
+    `msched.verify` with ``cuda_graph=True`` finds none of the capture faults
+    (`msched.proof.capture.CAPTURE_KINDS`: ``capture-sync``, a host synchronization inside;
+    ``capture-fork``, a side stream that works before it joined the capture;
+    ``capture-join``, a side stream not rejoined before ``output``).
+
+    Races are `assert_race_free`'s business; this checks only what capture adds.
+    """
+    __tracebackhide__ = True
+    read = _reading(gm, dialect)
+    report = verify(gm, dialect=read, cuda_graph=True)
+    faults = [v for v in report.violations if v.kind in CAPTURE_KINDS]
+    assert not faults, (
+        f"{len(faults)} CUDA-graph capture fault(s):\n"
+        + "\n".join(f"  {v}" for v in faults)
+        + "\n"
+        + excerpt(gm, [n for v in faults for n in v.nodes], dialect=read)
+    )

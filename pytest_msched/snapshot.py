@@ -5,8 +5,9 @@ The snapshot of a `msched.Schedule` or a scheduled ``GraphModule`` is its canoni
 lower bound,
 then one line per node in emission order with its stream lane, every record and wait shown,
 ``output`` last.  Graphs whose stream ops are another dialect's render the same way: a
-Schedule in its ``dialect`` (`msched.read_schedule`), a module in the running test's
-dialect (``msched_dialect``; none configured: detected from its ops, `msched.Dialect.detect`);
+Schedule in its ``dialect`` (`msched.read_schedule`), a module msched made (a traced one, a
+kernel order) in its own, any other module in the running test's dialect (``msched_dialect``;
+none configured: detected from its ops, `msched.Dialect.detect`);
 that dialect's op names appear where ops are shown.  The header's stream count is the one the
 test asked for, also when the scheduler used fewer.  The
 text is identical across runs, hash seeds and xdist workers, so a change in a snapshot file
@@ -71,8 +72,10 @@ class ScheduledGraphExtension(SingleFileSnapshotExtension):
     ``str`` is stored as given (so a text rendered elsewhere can be compared too); a piece of
     ``msched.backend(compiler="inductor")`` (``backend.pieces[i]``) as its final kernel
     order (`_kernel_order_text`).  Anything else raises ``TypeError``.  A module is read
-    back (`msched.read_schedule`) in the running test's dialect (its ``msched_dialect``
-    fixture; none configured: detected) with the stream count the test asked for
+    back (`msched.read_schedule`) in its own dialect when msched made it (`msched.trace_streams`,
+    a kernel order, `msched.schedule`), else in the running test's dialect (its
+    ``msched_dialect`` fixture; none configured: detected; see
+    `msched.testing.checks.resolve_dialect`) with the stream count the test asked for
     (``# streams 4`` in ``test[streams4]``); a Schedule carries both
     (`msched.read_schedule`'s ``num_streams``).
     """
@@ -88,13 +91,15 @@ class ScheduledGraphExtension(SingleFileSnapshotExtension):
         from msched import Schedule, read_schedule
         from msched.compile.pieces import Piece
         from msched.pictures.text import render_text
+        from msched.testing.checks import resolve_dialect
         from pytest_msched._session import reading_context
 
         if isinstance(data, Schedule):
             return render_text(data)
         if isinstance(data, GraphModule):
             context = reading_context()
-            dialect = context.dialect() if context is not None else None
+            configured = context.dialect() if context is not None else None
+            dialect = resolve_dialect(data, configured=configured)
             requested = context.requested_streams() if context is not None else None
             return render_text(read_schedule(data, dialect=dialect, num_streams=requested))
         if isinstance(data, str):

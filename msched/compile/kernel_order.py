@@ -38,6 +38,7 @@ from torch.fx import Graph, GraphModule, Node
 
 from msched.analysis._targets import register_fresh_results
 from msched.compile._inductor_internals import FinalOrder, ScheduledNode
+from msched.proof.dialects import mark_made
 from msched.proof.torch_streams import CALLER_META
 
 _lib = torch.library.Library("msched", "FRAGMENT")
@@ -171,13 +172,14 @@ def kernel_order_program(
     order: FinalOrder, caller_stream: tuple[int, ...] | None = None
 ) -> GraphModule:
     """The stream program of ``order`` (see the module docstring).  ``caller_stream`` are the
-    table indices of the caller's stream, written to ``gm.meta["msched_caller_stream"]``."""
+    table indices of the caller's stream, written to ``gm.meta["msched_caller_stream"]``; the
+    program is marked as made by msched in the ``torch`` dialect (`mark_made`)."""
     builder = _Builder(order)
     for node in order.nodes:
         builder.add(node)
     gm = builder.finish(order.outputs, kept_until_return(order))
     gm.meta[CALLER_META] = caller_stream
-    return gm
+    return mark_made(gm, "torch")
 
 
 def kernel_names(gm: GraphModule) -> list[str]:

@@ -29,6 +29,7 @@ from torch.fx import GraphModule
 
 from msched._torch_internals import aot_autograd, dynamo_current_stream, dynamo_external_objects
 from msched.errors import InvalidArgumentError, MschedError
+from msched.proof.dialects import mark_made
 from msched.proof.torch_streams import CALLER_META
 
 STAGES = ("dynamo", "aot", "inductor")
@@ -54,8 +55,9 @@ def trace_streams(
     ``torch.no_grad()`` with ``fullgraph=True``.  ``caller_stream`` is the stream current
     while tracing (a fresh CPU stream when None); its table indices (Dynamo registers it as
     the current stream, and again where the code names it) are recorded in
-    ``gm.meta["msched_caller_stream"]`` (None when it has none).  Resets Dynamo's caches
-    first (``torch.compiler.reset()``), so a function traced before is traced again.
+    ``gm.meta["msched_caller_stream"]`` (None when it has none), and the graph is marked
+    as msched's, in the ``torch`` dialect (`msched.proof.dialects.mark_made`).  Resets
+    Dynamo's caches first (``torch.compiler.reset()``), so a function traced before is traced again.
 
     Raises `msched.InvalidArgumentError` for a bad argument, and when ``fn`` cannot be traced
     in one graph (the message says why; ``torch.cuda`` names on a CPU-only machine need
@@ -126,7 +128,7 @@ class _Capture:
             graph = gm
         caller = tuple(i for i, o in sorted(table.items()) if o is self.caller)
         graph.meta[CALLER_META] = caller or None
-        self.graph = graph
+        self.graph = mark_made(graph, "torch")
         return _stand_in(gm)
 
 

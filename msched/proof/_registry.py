@@ -20,7 +20,7 @@ from torch.fx import Graph, GraphModule, Node
 
 from msched.analysis.nodes import graph_of
 from msched.errors import InvalidArgumentError, InvalidGraphError
-from msched.proof._dialect import FOUR_OPS, Dialect, qualified_op_name, target_key
+from msched.proof._dialect import FOUR_OPS, Dialect, is_hashable, qualified_op_name, target_key
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,9 @@ class _Registration:
     describe_key: Callable[[Hashable, str], str | None] | None
     metadata: StreamMetadata | None
 
+
+#: ``GraphModule.meta`` key: the dialect msched made the graph in (`mark_made`).
+MADE_META = "msched_dialect"
 
 _REGISTERED: dict[str, _Registration] = {}
 _OPS: dict[str, tuple[str, str]] | None = None  # `_builtin_ops`, rebuilt after a registration
@@ -208,6 +211,47 @@ def detect_dialect(gm: GraphModule | Graph) -> Dialect:
     return result
 
 
+def mark_made(gm: GraphModule, dialect: str) -> GraphModule:
+    """Record that msched made ``gm`` with the stream ops of built-in ``dialect``
+    (``gm.meta["msched_dialect"]``); returns ``gm``.
+
+    `trace_streams` (every stage), Inductor kernel-order programs and `msched.schedule` mark
+    what they make, so that a test reads such a graph in its own dialect, not in the one
+    configured for the engine under test (`made_in`)."""
+    gm.meta[MADE_META] = dialect
+    return gm
+
+
+def made_in(gm: GraphModule | Graph) -> str | None:
+    """The built-in dialect msched made ``gm`` in (`mark_made`), None for a graph msched did
+    not make (or a bare ``Graph`` without a module)."""
+    module = gm if isinstance(gm, GraphModule) else gm.owning_module
+    meta = getattr(module, "meta", None) or {}
+    made = meta.get(MADE_META)
+    return made if isinstance(made, str) else None
+
+
+def uses_ops_of(gm: GraphModule | Graph, dialect: Dialect) -> bool:
+    """Whether some node of ``gm`` is a stream op of ``dialect``: an op it reads as actions
+    (or as host-only bookkeeping), not one its reader leaves compute (PyTorch's ``getitem``
+    of anything but ``control_deps``).  A node its reader cannot read counts too."""
+    table = dialect._table()
+    for node in graph_of(gm).nodes:
+        if node.op != "call_function":
+            continue
+        target = node.target
+        reader = table.get(target) if is_hashable(target) else None
+        reader = reader or table.get(target_key(target))
+        if reader is None:
+            continue
+        try:
+            if reader(node) is not None:
+                return True
+        except InvalidGraphError:
+            return True
+    return False
+
+
 def _action_first(namespace: str) -> tuple[bool, str]:
     return (not is_action_dialect(namespace), namespace)
 
@@ -245,6 +289,7 @@ register("msched", Dialect)
 register("trtllm", lambda: Dialect.from_namespace("trtllm"))
 
 __all__ = [
+    "MADE_META",
     "StreamMetadata",
     "as_dialect",
     "builtin_dialects",
@@ -253,8 +298,11 @@ __all__ = [
     "detect_dialect",
     "foreign_stream_op",
     "is_action_dialect",
+    "made_in",
+    "mark_made",
     "marked_by_module",
     "named",
     "register",
     "stream_metadata",
+    "uses_ops_of",
 ]

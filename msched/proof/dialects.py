@@ -6,7 +6,8 @@ The names of this path, from their homes:
   `msched.proof._dialect`;
 - `Step`, `StreamProgram`: `msched.proof._program`;
 - `interpret`: `msched.proof._interpreter`;
-- `as_dialect`, `builtin_dialects`, `detect_dialect`, `describe_key`: `msched.proof._registry`,
+- `as_dialect`, `builtin_dialects`, `detect_dialect`, `describe_key`, and the mark of a graph
+  msched made (`mark_made`, `made_in`, `MADE_META`, `uses_ops_of`): `msched.proof._registry`,
   where each dialect module registers its dialect (``torch``: `msched.proof.torch_streams`,
   ``autodeploy``: `msched.proof.engines`; `CALLER_META` is the torch dialect's).
 
@@ -21,13 +22,23 @@ from __future__ import annotations
 from msched.proof._dialect import FOUR_OP_READERS, FOUR_OPS, Dialect, target_key
 from msched.proof._interpreter import interpret
 from msched.proof._program import Step, StreamProgram
-from msched.proof._registry import as_dialect, builtin_dialects, describe_key, detect_dialect
+from msched.proof._registry import (
+    MADE_META,
+    as_dialect,
+    builtin_dialects,
+    describe_key,
+    detect_dialect,
+    made_in,
+    mark_made,
+    uses_ops_of,
+)
 from msched.proof.torch_streams import CALLER_META
 
 __all__ = [
     "CALLER_META",
     "FOUR_OPS",
     "FOUR_OP_READERS",
+    "MADE_META",
     "Dialect",
     "Step",
     "StreamProgram",
@@ -36,5 +47,8 @@ __all__ = [
     "describe_key",
     "detect_dialect",
     "interpret",
+    "made_in",
+    "mark_made",
     "target_key",
+    "uses_ops_of",
 ]

@@ -58,11 +58,12 @@ from msched.analysis.effects import Effects, compute_effects, produces_tensor
 from msched.analysis.lifetimes import UnsafeUse, unsafe_cross_stream_uses
 from msched.analysis.nodes import INPUT_OPS, graph_of
 from msched.errors import ScheduleVerificationError
-from msched.limits import check_num_streams
+from msched.limits import check_flag, check_num_streams
 from msched.proof._dialect import Dialect
 from msched.proof._interpreter import interpret
 from msched.proof._program import Step, StreamProgram
 from msched.proof._registry import describe_key
+from msched.proof.capture import CAPTURE_KINDS, capture_faults
 from msched.proof.clocks import Clocks, clocks_of
 
 VIOLATION_KINDS = (
@@ -75,6 +76,7 @@ VIOLATION_KINDS = (
     "race",
     "exit-not-joined",
     "missing-record-stream",
+    *CAPTURE_KINDS,
 )
 HAZARDS = ("data", "raw", "war", "waw")
 # A pair with several reasons is named by the most specific one: a mutating op both reads and
@@ -168,6 +170,7 @@ def verify(
     dialect: Dialect | str | None = None,
     *,
     num_streams: int | None = None,
+    cuda_graph: bool = False,
 ) -> Report:
     """Check that the scheduled graph ``gm`` runs every node of ``original`` race-free.
 
@@ -187,7 +190,14 @@ def verify(
     ops only), ``bad-stream``, ``unrecorded-event``, ``race`` (with ``hazard``),
     ``exit-not-joined`` and ``missing-record-stream``.  Extra and duplicate nodes are
     ordered too: their dependencies on the other nodes come from the scheduled host order.
+
+    With ``cuda_graph=True`` the program must also be capturable as a CUDA graph on the
+    caller's stream (`msched.proof.capture`): ``capture-sync`` (the host synchronizes inside),
+    ``capture-fork`` (a side stream works before it joined the capture, or a capturing stream
+    waits on an event recorded outside it) and ``capture-join`` (a side stream not rejoined
+    before ``output``, used or not).  These come on top of the other kinds.
     """
+    check_flag(cuda_graph, "cuda_graph")
     graph, before = _checked_arguments(gm, original, num_streams)
     program = interpret(graph, dialect)
     found = _Found()
@@ -203,6 +213,9 @@ def verify(
     else:
         root = _check_against_original(before, graph, program, clocks, found)
     _check_record_streams(program, clocks, root, found)
+    if cuda_graph:
+        for fault in capture_faults(program, clocks):
+            found.add(fault.kind, fault.nodes, fault.message, streams=fault.streams)
     legend = _legend(program, found.items)
     return Report(tuple(found.items), clocks.num_streams, len(clocks.order), legend)
 

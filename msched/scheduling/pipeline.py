@@ -17,7 +17,7 @@ from msched.analysis.dag import Dag, build_dag
 from msched.analysis.nodes import node_named
 from msched.errors import InvalidArgumentError, InvalidGraphError
 from msched.limits import check_flag, check_num_streams
-from msched.proof.dialects import Dialect
+from msched.proof.dialects import Dialect, mark_made
 from msched.scheduling.assign import (
     Assignment,
     assign_streams,
@@ -166,7 +166,9 @@ def schedule(
 
     ``num_streams`` is an int in ``1..msched.MAX_STREAMS`` (`msched.limits`).  With
     ``num_streams=1`` the node order is unchanged and no stream op is added.  Node names are
-    kept.  On any error ``gm`` is left exactly as it was.
+    kept.  On any error ``gm`` is left exactly as it was.  ``gm.meta["msched_dialect"]`` says
+    that msched made the graph (`msched.proof.dialects.mark_made`): the pytest plugin reads
+    it in its own dialect whatever dialect a test configures for another engine.
 
     ``effort="optimal"`` also solves the schedule exactly with OR-Tools CP-SAT
     (`msched.scheduling.exact`; ``pip install 'pytest-msched[optimal]'``) for up to
@@ -194,6 +196,7 @@ def schedule(
         if effort == "optimal":
             assignment, optimal = _optimal(dag, assignment, model, limit)
         events, waits, streams = _rewrite(gm, dag, assignment)
+    mark_made(gm, "msched")
     makespan, lower_bound = assignment.makespan, assignment.lower_bound
     return Schedule(
         gm, num_streams, streams, events, waits, makespan, lower_bound, assignment, original,

@@ -35,7 +35,7 @@ from msched.errors import MschedError
 from msched.pictures.naming import event_names
 from msched.pictures.text import node_text, step_text, switch_text
 from msched.proof.clocks import clocks_of
-from msched.proof.dialects import Dialect, as_dialect, interpret
+from msched.proof.dialects import Dialect, as_dialect, interpret, made_in, uses_ops_of
 from msched.proof.verifier import Report, verify
 from msched.scheduling import pipeline
 from msched.scheduling.pipeline import Schedule, schedule
@@ -79,12 +79,34 @@ class SchedulerFailure:
     failure: str
 
 
-def resolve_dialect(gm: GraphModule, dialect: Dialect | str | None = None) -> Dialect:
-    """The dialect ``gm`` is read in: ``dialect`` (anything `msched.proof.dialects.as_dialect`
-    accepts), or with ``None`` the one `msched.Dialect.detect` finds in ``gm``'s ops."""
+def resolve_dialect(
+    gm: GraphModule,
+    dialect: Dialect | str | None = None,
+    *,
+    configured: Dialect | str | None = None,
+) -> Dialect:
+    """The dialect ``gm`` is read in, first of:
+
+    1. ``dialect``, when given (anything `msched.proof.dialects.as_dialect` accepts);
+    2. for a graph msched made (`msched.proof.dialects.made_in`: `msched.trace_streams` at
+       every stage, Inductor kernel orders, `msched.schedule` and so the pieces of
+       `msched.compile_pieces`), the dialect of its own stream ops (`msched.Dialect.detect`,
+       exact for what msched makes), unless it holds an op of ``configured``: then a pass
+       of the engine under test rewrote it after msched made it, and it is the engine's;
+    3. ``configured``: the default for graphs that do not say otherwise (a test's
+       ``msched_dialect``);
+    4. the one `msched.Dialect.detect` finds in ``gm``'s ops.
+
+    A graph of an engine's own stream ops is never marked, so it is read in ``configured``
+    (or, without one, fails on the ops no dialect reads) as before."""
     if dialect is not None:
         return as_dialect(dialect)
-    return Dialect.detect(gm)
+    if configured is None:
+        return Dialect.detect(gm)
+    chosen = as_dialect(configured)
+    if made_in(gm) is not None and not uses_ops_of(gm, chosen):
+        return Dialect.detect(gm)
+    return chosen
 
 
 def is_msched_schedule(scheduler: object) -> bool:
@@ -138,7 +160,8 @@ def run_scheduler(
     ``functools.partial`` of `msched.schedule`, say) is taken at its word.  A copy of ``gm``
     made before the call is the original, and the schedule is
     ``msched.read_schedule(result, original=..., dialect=..., cost_model=...,
-    num_streams=num_streams)`` (``dialect`` None: detected from the result's ops; the
+    num_streams=num_streams)`` (read in ``dialect``, the configured one, unless msched
+    made the result: `resolve_dialect`; the
     Schedule's ``num_streams`` is the count requested, even when the pass used fewer).
     The failure is for a scheduler that raises (with its traceback), returns anything
     else, or returns a graph that cannot be read.
@@ -163,8 +186,8 @@ def run_scheduler(
         )
     try:
         if isinstance(result, Schedule):
-            return ScheduleCheck(result, None, resolve_dialect(result.gm, dialect))
-        read = resolve_dialect(result, dialect)
+            return ScheduleCheck(result, None, resolve_dialect(result.gm, configured=dialect))
+        read = resolve_dialect(result, configured=dialect)
         sched = msched.read_schedule(
             result, original=original, dialect=read, cost_model=cost_model, num_streams=num_streams
         )
@@ -183,16 +206,18 @@ def schedule_and_verify(
     strict: bool = True,
     scheduler: Scheduler | None = None,
     dialect: Dialect | str | None = None,
+    cuda_graph: bool = False,
 ) -> ScheduleCheck | SchedulerFailure:
     """Schedule ``gm`` on ``num_streams`` streams; with ``strict``, `msched.verify` the result
-    against the original graph.
+    against the original graph (and, with ``cuda_graph``, the CUDA-graph capture rules).
 
     ``scheduler`` None (or `msched.schedule`): `msched.schedule` ``gm`` in place and verify
     against a copy of its graph taken before (`copy_graph`: the graph of ``Schedule.original``,
     without generating the code of a module).  Any other scheduler runs through
     `run_scheduler`, which keeps a copy of ``gm`` as the original and reads the
     `msched.Schedule` back, or returns the `SchedulerFailure` that names it.  ``dialect`` is
-    the dialect of the scheduled graph (``None``: detected from its ops).  Verification also
+    the configured dialect of scheduled graphs (``None``: detected from their ops); a graph
+    msched made is read in its own (`resolve_dialect`).  Verification also
     checks that the graph uses at most ``num_streams`` streams.
     """
     original: GraphModule | Graph | None = None
@@ -201,7 +226,7 @@ def schedule_and_verify(
         # compile the code of a module nobody runs.
         original = copy_graph(gm.graph) if strict else None
         sched = schedule(gm, num_streams, cost_model)
-        run = ScheduleCheck(sched, None, resolve_dialect(sched.gm, dialect))
+        run = ScheduleCheck(sched, None, resolve_dialect(sched.gm, configured=dialect))
     else:
         assert scheduler is not None
         outcome = run_scheduler(scheduler, gm, num_streams, cost_model, dialect)
@@ -217,6 +242,7 @@ def schedule_and_verify(
             original=sched.original if original is None else original,
             dialect=run.dialect,
             num_streams=num_streams,
+            cuda_graph=cuda_graph,
         )
     except MschedError as error:
         return SchedulerFailure(

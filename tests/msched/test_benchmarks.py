@@ -108,3 +108,20 @@ def test_the_gpu_inductor_benchmark_imports_and_says_it_needs_cuda(capsys) -> No
         pytest.skip("a CUDA device is present: run the benchmark itself")
     assert module.main([]) == 1
     assert "needs a CUDA device" in capsys.readouterr().out
+
+
+def test_the_gpu_cuda_graphs_benchmark_imports_and_skips_on_cpu(capsys) -> None:
+    import importlib.util
+
+    path = BENCHMARKS / "gpu_cuda_graphs.py"
+    spec = importlib.util.spec_from_file_location("gpu_cuda_graphs", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    args = module.build_parser().parse_args(["--streams", "2", "--layers", "4"])
+    assert (args.streams, args.layers, args.tokens, args.repeat) == (2, 4, 16, 50)
+    assert module.VARIANTS == ("fx", "inductor")
+    if module.torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: run the benchmark itself")
+    assert module.main([]) == 0
+    assert "needs a CUDA device" in capsys.readouterr().out

@@ -83,6 +83,15 @@ def test_schedules_of_generated_graphs_are_correct(gm: GraphModule, streams: int
     assert same(fresh, inputs) and same(buffers(gm), expected_buffers)
 
 
+@given(mst.graphs(), mst.stream_counts())
+def test_schedules_of_generated_graphs_are_capture_safe(gm: GraphModule, streams: int) -> None:
+    """msched's FX schedules can be captured as CUDA graphs by construction: every side stream
+    joins stream 0 before its first node and is joined before output, with no host sync."""
+    sched = msched.schedule(gm, streams)
+    report = msched.verify(gm, original=sched.original, cuda_graph=True)
+    assert report.ok, str(report)
+
+
 def _has(target: Any, op: str = "call_function") -> Callable[[GraphModule], bool]:
     return lambda gm: any(n.op == op and n.target == target for n in gm.graph.nodes)
 

@@ -75,3 +75,12 @@ def test_the_old_trace_names_are_the_new_functions() -> None:
     assert msched.trace is msched.compile_pieces
     assert pictures.render_trace is pictures.render_perfetto
     assert "compile_pieces" in msched.__all__ and "render_perfetto" in pictures.__all__
+
+
+def test_verify_takes_cuda_graph_and_the_plugin_exports_assert_capture_safe() -> None:
+    import pytest_msched
+
+    parameter = inspect.signature(msched.verify).parameters["cuda_graph"]
+    assert parameter.kind is inspect.Parameter.KEYWORD_ONLY and parameter.default is False
+    assert "assert_capture_safe" in pytest_msched.__all__
+    assert callable(pytest_msched.assert_capture_safe)
