@@ -301,9 +301,9 @@ def tie_kernels(graph: Any, operations: Any) -> int:
     realized as a dependency of a stream op it is ordered by its data alone.  An operation
     made from nodes on both sides of a wait (Inductor merged them) is left to its data: a
     tie could close a cycle."""
-    module = getattr(graph, "module", None)
-    meta = getattr(module, "meta", {}).get("msched_after_wait") if module is not None else None
-    if not meta:
+    module: Any = getattr(graph, "module", None)
+    meta = getattr(module, "meta", {}).get("msched_after_wait")
+    if module is None or not meta:
         return 0
     after, positions = meta["after"], meta["positions"]
     by_name = {n.name: n for n in module.graph.nodes}
