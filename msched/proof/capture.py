@@ -13,7 +13,9 @@ is ``"global"``):
   (the ``torch`` dialect's ``streams.synchronize_event/stream/device``: ``Event.synchronize()``,
   ``Stream.synchronize()``, ``torch.accelerator.synchronize()``) and for the ops in
   `HOST_SYNC_OPS` (see there: a value read on the host, an output size the host must read
-  first, a stream or event query).
+  first, a stream or event query), and for any node that makes a size only the device knows
+  (Dynamo and AOT mark it with ``meta["unbacked_bindings"]``: ``x[x > 0]``) or indexes with
+  a boolean mask (``y[y > 0] = v``).
 - ``capture-fork``: a side stream joins the capture only by waiting on an event recorded on a
   capturing stream (stream 0, or a stream that joined it before the record).  Work a side
   stream issues before it joined is not captured (it runs once, eagerly, and never on replay),
@@ -38,6 +40,7 @@ streams have joined the capture at each record and wait) is the walk of `_Member
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,7 +140,38 @@ def host_sync_reason(node: Node) -> str | None:
     key = target_key(target)
     if key == "aten::repeat_interleave":
         return _repeat_reason(node, 0 if _overload(target) == "Tensor" else 1)
-    return HOST_SYNC_OPS.get(key) if key is not None else None
+    found = HOST_SYNC_OPS.get(key) if key is not None else None
+    return found or _data_dependent(node, key)
+
+
+#: Ops whose indices (argument 1) may hold a boolean mask, which they turn into positions on
+#: the host (``nonzero``): ``y[mask] = v`` and ``x[mask]``, at every stage.
+_INDEXING = frozenset({"aten::index", "aten::index_put", "aten::index_put_",
+                       "aten::_unsafe_index", "aten::_unsafe_index_put",
+                       "aten::_index_put_impl_"})  # fmt: skip
+_INDEXING_FUNCTIONS = (operator.getitem, operator.setitem)
+
+
+def _data_dependent(node: Node, key: str | None) -> str | None:
+    """A node whose result has a size only the device knows, whatever its op: it binds a
+    new unbacked symbol (``meta["unbacked_bindings"]``, which Dynamo and AOT write on the
+    node that makes one: ``x[x > 0]``, one-argument ``torch.where``); or an indexing with a
+    boolean mask (``y[y > 0] = v`` makes no new size, yet its positions are read on the host)."""
+    if node.meta.get("unbacked_bindings"):
+        return _SIZE
+    indexing = key in _INDEXING or (_hashable(node.target) and node.target in _INDEXING_FUNCTIONS)
+    if indexing and len(node.args) > 1 and _has_bool_tensor(node.args[1]):
+        return _SIZE
+    return None
+
+
+def _has_bool_tensor(index: Any) -> bool:
+    if isinstance(index, (list, tuple)):
+        return any(_has_bool_tensor(i) for i in index)
+    if not isinstance(index, Node):
+        return False
+    value = index.meta.get("val", index.meta.get("example_value"))
+    return isinstance(value, torch.Tensor) and value.dtype == torch.bool
 
 
 def _hashable(target: Any) -> bool:

@@ -50,8 +50,10 @@ def _clone(values):
 
 
 def _state(module, inputs):
-    """What a call leaves behind: the module's buffers (a static cache) and its inputs."""
-    return [b.clone() for b in module.buffers()] + _clone(inputs)
+    """What a call leaves behind: the module's buffers, a static cache's keys and values
+    (not buffers: a ``StaticCache`` is no module) and its inputs."""
+    cache = getattr(module, "cache_tensors", list)()
+    return [b.clone() for b in module.buffers()] + _clone(cache) + _clone(inputs)
 
 
 def compile_and_run(name, build, **ablations):
@@ -98,6 +100,8 @@ def test_equals_eager_on_two_calls(built) -> None:
             torch.testing.assert_close(mine, theirs, atol=1e-4, rtol=1e-4)
     written = runs[0][1][1]
     assert any(s.is_floating_point() and s.abs().sum() > 0 for s in written), name
+    if name == "static-cache":  # its keys and values, per layer, are compared above
+        assert len(written) >= 2 * models.LAYERS
 
 
 def test_every_piece_verifies_with_kernels_on_a_side_stream(built) -> None:

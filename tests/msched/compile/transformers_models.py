@@ -98,6 +98,12 @@ class StaticCacheStep(nn.Module):
         self.lm = lm
         self.cache = transformers.StaticCache(config=lm.config, max_cache_len=CACHE_LEN)
 
+    def cache_tensors(self) -> list[torch.Tensor]:
+        """The cache's key and value buffers (a ``StaticCache`` is no ``nn.Module``: they are
+        not among ``buffers()``); empty before the first call allocates them."""
+        return [t for layer in self.cache.layers for t in (layer.keys, layer.values)
+                if isinstance(t, torch.Tensor)]  # fmt: skip
+
     def forward(self, ids: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
         out = self.lm(input_ids=ids, past_key_values=self.cache, cache_position=position,
                       use_cache=True)  # fmt: skip

@@ -359,3 +359,25 @@ def test_msched_pieces_and_their_inductor_kernel_orders_are_capture_safe() -> No
         assert piece.kernel_order is not None
         report = msched.verify(piece.kernel_order, cuda_graph=True)
         assert report.ok, f"{piece.name}: {report}"
+
+
+def bool_mask_indexing(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    y[y > 0] = 1.0  # index_put_ with a mask: positions read on the host
+    return x[x > 0].sum() + torch.where(x > 0)[0].sum()  # new sizes (unbacked symbols)
+
+
+def integer_indexing(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    positions = torch.tensor([0, 2])
+    y[positions] = 1.0
+    return x[positions].sum() + torch.where(x > 0, x, y).sum()
+
+
+@pytest.mark.parametrize("stage", ["dynamo", "aot"])
+def test_boolean_mask_indexing_is_capture_sync_and_integer_indexing_is_not(stage: str) -> None:
+    """``x[mask]``, ``y[mask] = v`` and one-argument ``torch.where`` each run ``nonzero``
+    (sampling and MoE code): every one verified capture-safe before."""
+    gm = msched.trace_streams(bool_mask_indexing, torch.randn(4), torch.randn(4), stage=stage)
+    found = faults(msched.verify(gm, cuda_graph=True))
+    assert [k for k, _ in found] == ["capture-sync"] * 3, found
+    fine = msched.trace_streams(integer_indexing, torch.randn(4), torch.randn(4), stage=stage)
+    assert msched.verify(fine, cuda_graph=True).ok
