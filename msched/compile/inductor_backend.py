@@ -423,7 +423,7 @@ def _compile_split(
     for sub, inputs in _piece_inputs(module, example_inputs).items():
         if sub not in split:
             piece = compile_piece(f"{name}.{sub}", getattr(module, sub), inputs, config, made)
-            setattr(module, sub, _CompiledModule(piece))
+            setattr(module, sub, _CompiledModule(piece, _layouts(inputs)))
     return module
 
 
@@ -447,15 +447,55 @@ def _piece_inputs(module: GraphModule, example_inputs: Sequence[Any]) -> dict[st
     return found
 
 
-class _CompiledModule(torch.nn.Module):
-    """A compiled piece in the place of its submodule (the stitching module calls modules)."""
+def _layouts(inputs: Sequence[Any]) -> list[tuple[tuple[int, ...], tuple[int, ...]] | None]:
+    """Size and stride of every tensor input a piece was compiled for, where both are
+    concrete ints (None elsewhere: a symbolic layout is Inductor's to guard)."""
+    found: list[tuple[tuple[int, ...], tuple[int, ...]] | None] = []
+    for value in inputs:
+        layout = None
+        if isinstance(value, torch.Tensor):
+            size, stride = tuple(value.size()), tuple(value.stride())
+            if all(type(d) is int for d in (*size, *stride)):
+                layout = (size, stride)
+        found.append(layout)
+    return found
 
-    def __init__(self, compiled: Callable[..., Any]) -> None:
+
+class _CompiledModule(torch.nn.Module):
+    """A compiled piece in the place of its submodule (the stitching module calls modules).
+
+    An input whose strides differ from those the piece was compiled for is passed as a
+    copy with those strides, and copied back after the call (the piece may write it).  Why:
+    pieces are compiled from fake values run through the split calls, and a split call's
+    fake kernel can lay its output out otherwise than the real one (tiny Phi-3's attention
+    on CPU): Inductor's code asserts the strides it was compiled for and refused the call."""
+
+    def __init__(
+        self,
+        compiled: Callable[..., Any],
+        layouts: Sequence[tuple[tuple[int, ...], tuple[int, ...]] | None] = (),
+    ) -> None:
         super().__init__()
         self.compiled = compiled
+        self.layouts = list(layouts)
 
     def forward(self, *args: Any) -> Any:
-        return self.compiled(*args)
+        moved: list[tuple[torch.Tensor, torch.Tensor]] = []
+        given = list(args)
+        for i, layout in enumerate(self.layouts[: len(given)]):
+            value = given[i]
+            if layout is None or not isinstance(value, torch.Tensor):
+                continue
+            size, stride = layout
+            if tuple(value.size()) == size and tuple(value.stride()) != stride:
+                copy = torch.empty_strided(size, stride, dtype=value.dtype, device=value.device)
+                copy.copy_(value)
+                moved.append((value, copy))
+                given[i] = copy
+        result = self.compiled(*given)
+        for original, copy in moved:
+            original.copy_(copy)
+        return result
 
 
 __all__ = ["CompiledPiece", "compile_graph_with_inductor", "compile_piece", "make_pass"]
