@@ -122,9 +122,25 @@ def test_clean_engine_passes_with_its_snapshots(
     assert _snapshots(snapshots) == committed
 
 
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("verify", ["strict", "off"])
-@pytest.mark.parametrize("bug", ["1", "2"])
+# Each case is a pytest subprocess.  The default tier runs a pairwise cover (every bug, verify
+# mode and form, and every pair of them, at least once); the slow tier the rest of the product.
+_PAIRWISE = {("1", "strict", "conftest"), ("2", "strict", "ini"), ("1", "off", "ini"),
+             ("2", "off", "conftest")}  # fmt: skip
+BUG_CASES = [
+    pytest.param(
+        bug,
+        verify,
+        form,
+        id=f"{bug}-{verify}-{form}",
+        marks=() if (bug, verify, form) in _PAIRWISE else pytest.mark.slow,
+    )
+    for bug in ("1", "2")
+    for verify in ("strict", "off")
+    for form in ("conftest", "ini")
+]
+
+
+@pytest.mark.parametrize(("bug", "verify", "form"), BUG_CASES)
 def test_historical_bug_fails_naming_the_capture(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, form: str, verify: str, bug: str
 ) -> None:
