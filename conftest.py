@@ -60,6 +60,7 @@ def pytest_report_header(config: pytest.Config) -> str:
     return "msched tiers: default only (--slow adds the slow tier, as .ci/run does)"
 
 
+@pytest.hookimpl(trylast=True)  # after syrupy's: it keeps the snapshots of deselected tests
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Without ``--slow`` (and without a ``-m`` expression), deselect the slow tier."""
     if config.getoption(SLOW_OPTION) or config.getoption("markexpr"):

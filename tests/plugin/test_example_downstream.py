@@ -101,9 +101,15 @@ def _failure_sections(result: pytest.RunResult) -> dict[str, str]:
     return {test_id: "\n".join(lines) for test_id, lines in sections.items()}
 
 
-@pytest.mark.parametrize("form", FORMS)
+# Each case is a pytest subprocess: the default tier runs the serial conftest form.
 @pytest.mark.parametrize(
-    "workers", [pytest.param((), id="serial"), pytest.param(2, id="n2", marks=pytest.mark.slow)]
+    ("form", "workers"),
+    [
+        pytest.param("conftest", (), id="serial-conftest"),
+        pytest.param("ini", (), id="serial-ini", marks=pytest.mark.slow),
+        pytest.param("conftest", 2, id="n2-conftest", marks=pytest.mark.slow),
+        pytest.param("ini", 2, id="n2-ini", marks=pytest.mark.slow),
+    ],
 )
 def test_clean_engine_passes_with_its_snapshots(
     pytester: pytest.Pytester, form: str, workers: int | tuple[()]
