@@ -38,7 +38,6 @@ LAST_CAPTURE = {"test_eagle3_decoder": "capture_5", "test_moe_decoder": "capture
 IDS = sorted(f"{test}[streams{n}]" for test in LAST_CAPTURE for n in (2, 3))
 # The inner suites do not use hypothesis; its plugin costs a second in each process.
 WITHOUT_HYPOTHESIS = ("-p", "no:hypothesispytest")
-FORMS = [pytest.param("conftest", id="conftest"), pytest.param("ini", id="ini")]
 BUG_MESSAGES = {
     # schedule_graph (verify): "[after-output] `capture_5` comes after output and never runs";
     # assert_captures_precede_output: "capture_5 (stream 0) is emitted after output: ...".
