@@ -130,10 +130,17 @@ def _has(module_name: str, path: str) -> bool:
         if value is None:
             return False
     if path in _INSTANCE_ATTRIBUTES:
-        import inspect
-
-        return f"self.{last}" in inspect.getsource(value)
+        return f"self.{last}" in _source(value)
     return hasattr(value, last)
+
+
+@functools.cache
+def _source(owner: Any) -> str:
+    """The source of a class, read once: ``inspect.getsource`` of a class parses its whole
+    module (seconds for ``torch._inductor.scheduler``), and four interfaces share one."""
+    import inspect
+
+    return inspect.getsource(owner)
 
 
 def require_interfaces() -> None:

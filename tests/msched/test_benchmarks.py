@@ -11,6 +11,10 @@ import pytest
 BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
 FAMILIES = ("decoder", "layered")  # bench_schedule.py --slope's graphs
 
+# Each runs a benchmark script in a fresh process (torch imported, graphs compiled): the slow
+# tier, which CI runs.
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize(
     ("script", "columns"),

@@ -1,7 +1,8 @@
 """Properties of `msched.schedule` over generated graphs, checked by `verify` and `execute`.
 
-The number of examples comes from the hypothesis profile (``MSCHED_HYPOTHESIS_PROFILE``,
-registered in the top-level conftest.py): ``ci`` runs 500, ``long`` 10,000.
+The number of examples comes from the hypothesis profile (registered in the top-level
+conftest.py): ``default`` runs 100, ``ci`` (``--slow``, as CI runs) 500, ``long``
+(``MSCHED_HYPOTHESIS_PROFILE=long``) 10,000.
 
 Generated graphs may write a buffer of their module (``buf``): every run starts from the
 buffers as generated, and the buffers it leaves must equal those of the eager run.

@@ -6,10 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).parents[2] / "benchmarks" / "bench_plugin.py"
 COLUMNS = ["snap/plain", "serial/xdist", "finish_s", "test_ms", "xstart_s", "finish/first"]
 
 
+@pytest.mark.slow  # four pytest runs of a generated suite, each importing torch
 def test_bench_plugin_prints_its_tables() -> None:
     run = subprocess.run(
         [sys.executable, str(BENCH), "--sizes", "4", "--repeat", "1"],

@@ -111,6 +111,7 @@ def test_snapshot_lifecycle(pytester: pytest.Pytester) -> None:
     assert _snapshots(snapshots) == written
 
 
+@pytest.mark.slow
 def test_xdist_same_ids_and_snapshots(pytester: pytest.Pytester) -> None:
     """Under ``-n 2 --snapshot-update`` the suite passes with the serial ids and snapshots.
 

@@ -38,7 +38,6 @@ LAST_CAPTURE = {"test_eagle3_decoder": "capture_5", "test_moe_decoder": "capture
 IDS = sorted(f"{test}[streams{n}]" for test in LAST_CAPTURE for n in (2, 3))
 # The inner suites do not use hypothesis; its plugin costs a second in each process.
 WITHOUT_HYPOTHESIS = ("-p", "no:hypothesispytest")
-FORMS = [pytest.param("conftest", id="conftest"), pytest.param("ini", id="ini")]
 BUG_MESSAGES = {
     # schedule_graph (verify): "[after-output] `capture_5` comes after output and never runs";
     # assert_captures_precede_output: "capture_5 (stream 0) is emitted after output: ...".
@@ -101,9 +100,15 @@ def _failure_sections(result: pytest.RunResult) -> dict[str, str]:
     return {test_id: "\n".join(lines) for test_id, lines in sections.items()}
 
 
-@pytest.mark.parametrize("form", FORMS)
+# Each case is a pytest subprocess: the default tier runs the serial conftest form.
 @pytest.mark.parametrize(
-    "workers", [pytest.param((), id="serial"), pytest.param(2, id="n2", marks=pytest.mark.slow)]
+    ("form", "workers"),
+    [
+        pytest.param("conftest", (), id="serial-conftest"),
+        pytest.param("ini", (), id="serial-ini", marks=pytest.mark.slow),
+        pytest.param("conftest", 2, id="n2-conftest", marks=pytest.mark.slow),
+        pytest.param("ini", 2, id="n2-ini", marks=pytest.mark.slow),
+    ],
 )
 def test_clean_engine_passes_with_its_snapshots(
     pytester: pytest.Pytester, form: str, workers: int | tuple[()]
@@ -122,9 +127,25 @@ def test_clean_engine_passes_with_its_snapshots(
     assert _snapshots(snapshots) == committed
 
 
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("verify", ["strict", "off"])
-@pytest.mark.parametrize("bug", ["1", "2"])
+# Each case is a pytest subprocess.  The default tier runs a pairwise cover (every bug, verify
+# mode and form, and every pair of them, at least once); the slow tier the rest of the product.
+_PAIRWISE = {("1", "strict", "conftest"), ("2", "strict", "ini"), ("1", "off", "ini"),
+             ("2", "off", "conftest")}  # fmt: skip
+BUG_CASES = [
+    pytest.param(
+        bug,
+        verify,
+        form,
+        id=f"{bug}-{verify}-{form}",
+        marks=() if (bug, verify, form) in _PAIRWISE else pytest.mark.slow,
+    )
+    for bug in ("1", "2")
+    for verify in ("strict", "off")
+    for form in ("conftest", "ini")
+]
+
+
+@pytest.mark.parametrize(("bug", "verify", "form"), BUG_CASES)
 def test_historical_bug_fails_naming_the_capture(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, form: str, verify: str, bug: str
 ) -> None:

@@ -82,6 +82,7 @@ def test_unused_snapshots_fail_the_run_and_update_deletes_them(pytester: pytest.
     assert pytester.runpytest().ret == 0
 
 
+@pytest.mark.slow
 def test_update_under_xdist_keeps_the_snapshots_of_every_worker(
     pytester: pytest.Pytester,
 ) -> None:

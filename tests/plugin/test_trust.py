@@ -171,7 +171,8 @@ def _key(test_id: str) -> tuple[str, str]:
 
 @pytest.mark.parametrize("form", ["ini", "conftest"])
 @pytest.mark.parametrize(
-    "workers", [pytest.param((), id="serial"), pytest.param(("-n", "2"), id="n2")]
+    "workers",
+    [pytest.param((), id="serial"), pytest.param(("-n", "2"), id="n2", marks=pytest.mark.slow)],
 )
 def test_every_helper_catches_every_bug_in_the_configured_dialect(
     pytester: pytest.Pytester, form: str, workers: tuple[str, ...]

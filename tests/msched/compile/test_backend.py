@@ -32,8 +32,15 @@ from msched.testing.traced import TracedDecoder, record_piece_inputs, trace_deco
 from ..faults import drop_last_wait
 
 CAPTURE = torch.ops.msched.inplace_slice_copy.default
-CONFIGS = [(s, p) for s in (1, 2, 3) for p in (False, True)]
-CONFIG_IDS = [f"streams{s}-{'piecewise' if p else 'whole'}" for s, p in CONFIGS]
+# One stream (no stream op emitted) is the slow tier's; two and three streams the default's.
+CONFIGS = [
+    pytest.param(s, p, marks=pytest.mark.slow if s == 1 else ())
+    for s in (1, 2, 3)
+    for p in (False, True)
+]
+CONFIG_IDS = [
+    f"streams{s}-{'piecewise' if p else 'whole'}" for s in (1, 2, 3) for p in (False, True)
+]
 MOE = [pytest.param(False, id="mlp"), pytest.param(True, id="moe", marks=pytest.mark.slow)]
 HIDDEN, TOKENS = 8, 6
 

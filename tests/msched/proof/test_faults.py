@@ -103,8 +103,17 @@ def format_table(table: dict[str, list[int]]) -> str:
     return "\n".join(f"{k:<22} {d:>5} / {i:<5} detected" for k, (i, d) in table.items())
 
 
-@pytest.mark.parametrize("streams", [2, 3])
-@pytest.mark.parametrize("moe", [False, True], ids=["dense", "moe"])
+# Two streams in the default tier (the MoE stack has record_streams to drop, the dense one
+# none), three in the slow tier: each stack costs tens of seconds.
+@pytest.mark.parametrize(
+    ("moe", "streams"),
+    [
+        pytest.param(False, 2, id="dense-2"),
+        pytest.param(False, 3, id="dense-3", marks=pytest.mark.slow),
+        pytest.param(True, 2, id="moe-2"),
+        pytest.param(True, 3, id="moe-3", marks=pytest.mark.slow),
+    ],
+)
 def test_every_fault_is_detected_on_decoder_stacks(
     moe: bool, streams: int, record_property: Callable[[str, object], None]
 ) -> None:
