@@ -121,7 +121,10 @@ def test_a_compiled_piece_pictures_its_kernels_on_lanes(compiled_decoder) -> Non
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ablation", ["tie_waits", "guard_reuse"])
+# Since msched schedules after Inductor's post-grad passes, no build of TinyDecoder (2 or 3
+# streams, whole or piecewise) reuses a buffer across streams without the guard; the guard's
+# ablation fails a real model instead (test_inductor_transformers.py, Gemma).
+@pytest.mark.parametrize("ablation", ["tie_waits"])
 def test_without_the_ties_or_the_reuse_guard_the_final_order_fails(ablation) -> None:
     model, _, compiled = _compile(3, False, **{ablation: False})
     x, cap = model.example_inputs(TOKENS)
@@ -413,18 +416,32 @@ def _without_waits(nodes):
 
 def _consumer_before_its_wait(nodes):
     """A record that fits its code's stream ops and streams, with the first kernel that reads
-    another stream's buffer moved in front of the wait before it: a race."""
-    made_on = {b: n["stream"] for n in nodes for b in n["outputs"]}
-    wait = None
+    another stream's buffer moved in front of the wait that orders the read (the wait, on the
+    kernel's stream, for the first event recorded after the buffer was made): a race."""
+    caller = 1_000_000  # table index of the caller's stream (a kernel's stream None)
+    made_at = {b: i for i, n in enumerate(nodes) for b in n["outputs"]}
+    stream_of = {i: n["stream"] or caller for i, n in enumerate(nodes)}
     for i, node in enumerate(nodes):
-        if node["stream_op"] == "streams.wait_event.default":
-            wait = i
-        elif (
-            wait is not None
-            and node["kind"] == "kernel"
-            and any(made_on.get(b, node["stream"]) != node["stream"] for b in node["reads"])
-        ):
-            return [*nodes[:wait], node, *nodes[wait:i], *nodes[i + 1 :]]
+        if node["kind"] != "kernel":
+            continue
+        for buffer in node["reads"]:
+            made = made_at.get(buffer)
+            if made is None or stream_of[made] == stream_of[i]:
+                continue
+            records = [
+                n["stream_args"][0] for n in nodes[made + 1 : i]
+                if n["stream_op"] == "streams.record_event.default"
+                and n["stream_args"][1] == stream_of[made]
+            ]  # fmt: skip
+            waits = [
+                j for j in range(made + 1, i)
+                if nodes[j]["stream_op"] == "streams.wait_event.default"
+                and nodes[j]["stream_args"][1] == stream_of[i]
+                and records and nodes[j]["stream_args"][0] == records[0]
+            ]  # fmt: skip
+            if waits:
+                wait = waits[0]
+                return [*nodes[:wait], node, *nodes[wait:i], *nodes[i + 1 :]]
     raise AssertionError("no kernel reads another stream's buffer after a wait")
 
 
