@@ -154,6 +154,12 @@ def require_interfaces() -> None:
         )
 
 
+#: ``gm.meta`` key `msched.compile.native_streams.tie_waits` fills for `tie_kernels`:
+#: ``{"after": {node name: (wait name, its position)}, "positions": {node name: position}}``
+#: for every node issued after a wait on its stream (positions in program order).
+AFTER_WAIT_META = "msched_after_wait"
+
+
 @dataclass(frozen=True)
 class ScheduledNode:
     """One node of Inductor's final order: a kernel, an extern call or a stream op.
@@ -309,7 +315,7 @@ def tie_kernels(graph: Any, operations: Any) -> int:
     made from nodes on both sides of a wait (Inductor merged them) is left to its data: a
     tie could close a cycle."""
     module: Any = getattr(graph, "module", None)
-    meta = getattr(module, "meta", {}).get("msched_after_wait")
+    meta = getattr(module, "meta", {}).get(AFTER_WAIT_META)
     if module is None or not meta:
         return 0
     after, positions = meta["after"], meta["positions"]
@@ -592,6 +598,7 @@ def inductor_cache_dir() -> str:
 
 
 __all__ = [
+    "AFTER_WAIT_META",
     "INTERFACES",
     "FinalOrder",
     "InductorInterfaceError",

@@ -184,9 +184,6 @@ class _FactoriesFree:
             return 0.0
         return float(self.inner.cost(node))
 
-    def __repr__(self) -> str:
-        return f"_FactoriesFree({self.inner!r})"
-
 
 def _made_from_nothing(node: torch.fx.Node) -> bool:
     target = node.target

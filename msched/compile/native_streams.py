@@ -32,6 +32,7 @@ from torch.fx import GraphModule, Node
 
 from msched import ops as mops
 from msched.analysis.effects import compute_effects
+from msched.compile._inductor_internals import AFTER_WAIT_META
 
 #: Table index of msched's stream 0 (the caller's current stream), of stream s >= 1, and of
 #: event e: far from Dynamo's 0, 1, ... so user stream code and msched never collide.
@@ -214,11 +215,6 @@ def tie_waits(gm: GraphModule) -> int:
     return len(ties.followers)
 
 
-#: ``gm.meta`` key: ``{node name: (wait name, its position)}`` for every node issued after a
-#: wait on its stream, with ``{node name: position}`` under ``"positions"`` (program order).
-AFTER_WAIT_META = "msched_after_wait"
-
-
 def _after_waits(gm: GraphModule, waits: dict[str, int], syncs: set[str]) -> dict[str, Any]:
     """What `msched.compile._inductor_internals` needs to tie every *kernel* to the wait its
     node follows (`tie_kernels`): a node Inductor lowers to a value it computes only where
@@ -236,16 +232,10 @@ def _after_waits(gm: GraphModule, waits: dict[str, int], syncs: set[str]) -> dic
             latest[waits[node.name]] = (node.name, i)
         if node.name in syncs:
             continue
-        stream = _stream_of_tied(node)
+        stream = _stream_of(node)  # a tied node's control_deps keeps its custom stream
         if stream in latest:
             after[node.name] = latest[stream]
     return {"after": after, "positions": positions}
-
-
-def _stream_of_tied(node: Node) -> int:
-    """The stream of a compute node (``control_deps`` of a tied one keeps its ``custom``)."""
-    custom = node.meta.get("custom") or {}
-    return int(custom.get("stream", CALLER))
 
 
 class _CpuStream(torch.Stream):
@@ -315,7 +305,6 @@ class NativeStreams:
 
 
 __all__ = [
-    "AFTER_WAIT_META",
     "CALLER",
     "EVENT_BASE",
     "NativeStreams",
