@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from msched import ops
 from msched._torch_internals import warn_if_untested
+from msched.analysis.collectives import register_collective
 from msched.analysis.cost import CostModel, DefaultCostModel, RooflineCostModel
 from msched.analysis.dag import Dag, build_dag
 from msched.analysis.effects import register_mutation, register_pure, register_side_effect
@@ -95,6 +96,7 @@ __all__ = [
     "ops",
     "optimal_makespan",
     "read_schedule",
+    "register_collective",
     "register_mutation",
     "register_pure",
     "register_side_effect",

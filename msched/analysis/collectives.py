@@ -1,0 +1,223 @@
+"""Which nodes of a graph are collectives, of which process group, and where each one is waited.
+
+Two kinds are read:
+
+- PyTorch's **functional collectives** (``torch.ops._c10d_functional.*``, as Dynamo traces
+  ``torch.distributed._functional_collectives``): *asynchronous*.  The op issues the work and
+  returns at once; ``_c10d_functional.wait_tensor`` on its result makes the waiting stream wait
+  for the work.  Until that wait the result is not ready, and the ops that read their input
+  while the work runs (`Collective.holds_input`) still read it.  The out-of-place
+  ``all_reduce``, ``all_reduce_coalesced`` and ``broadcast`` copy their input when they are
+  issued (c10d reduces the copy in place), so a later write to their input is no race.
+- an **engine's own collective op**, declared with `register_collective` (vLLM's
+  ``all_reduce(Tensor, str group_name)``, TensorRT-LLM's ``allreduce``): *synchronous* on the
+  stream it is issued on, with the reads and writes its schema (or `msched.register_mutation`)
+  gives.
+
+The group of a collective is the value of its group argument: a process-group name such as
+``"0"`` (torch 2.13 types ``group_name`` as ``Any``, so it may also be a ``ProcessGroup``,
+read by its ``group_name``).  Every rank must issue the collectives in one order -- within a
+group, and across groups too, since NCCL asks every rank to submit the operations of several
+communicators in one order -- so the scheduler keeps their original order and the verifier
+checks it.  Sources: ``research/collectives.md`` of the design notes.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from torch.fx import Graph, Node
+
+from msched._torch_internals import OpOverload, OpOverloadPacket, qualified_name
+from msched.analysis._targets import _OP_INFO_CACHE, _argument_names, _check_target
+from msched.errors import InvalidArgumentError
+
+__all__ = [
+    "Collective",
+    "collective_of",
+    "collectives_in",
+    "is_wait",
+    "register_collective",
+    "waited",
+    "waits_of",
+]
+
+#: functional collective name -> (position, name) of its group argument, and whether the work
+#: reads its input until it completes (False: the input is copied at issue).
+_FUNCTIONAL: dict[str, tuple[tuple[int, str], bool]] = {
+    "all_reduce": ((2, "group_name"), False),
+    "all_reduce_": ((2, "group_name"), True),
+    "all_reduce_coalesced": ((2, "group_name"), False),
+    "all_reduce_coalesced_": ((2, "group_name"), True),
+    "all_gather_into_tensor": ((2, "group_name"), True),
+    "all_gather_into_tensor_out": ((2, "group_name"), True),
+    "all_gather_into_tensor_coalesced": ((2, "group_name"), True),
+    "reduce_scatter_tensor": ((3, "group_name"), True),
+    "reduce_scatter_tensor_out": ((3, "group_name"), True),
+    "reduce_scatter_tensor_coalesced": ((3, "group_name"), True),
+    "all_to_all_single": ((3, "group_name"), True),
+    "broadcast": ((2, "group_name"), False),
+    "broadcast_": ((2, "group_name"), True),
+}
+
+_NAMESPACE = "_c10d_functional"
+
+#: engine collectives: op (packet or overload) -> name of its group argument, or None
+_REGISTERED: dict[Any, str | None] = {}
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective node.
+
+    ``op`` is its name (``"all_reduce"``, or the registered op's qualified name); ``group`` the
+    process group it runs on (a name, or ``None`` for a registered op declared without a group
+    argument: one group of its own); ``asynchronous`` says that the work completes at a
+    ``wait_tensor`` of its result; ``holds_input`` that it reads its tensor inputs until then.
+    """
+
+    node: Node
+    op: str
+    group: str | None
+    asynchronous: bool
+    holds_input: bool
+
+
+def register_collective(op: Any, group: str | None = None) -> None:
+    """Declare an engine's own collective op, synchronous on the stream it is issued on.
+
+    ``group`` names the argument that says which process group it runs on (for vLLM's
+    ``all_reduce(Tensor tensor, str group_name)``: ``group="group_name"``); ``None`` puts every
+    call of ``op`` in one group of its own.  msched keeps every collective in the original
+    order and orders consecutive ones by happens-before, so every rank issues them alike.
+    What it reads and writes comes from its schema, as for any op (`register_mutation` for a
+    schema that does not mark a write).  Registering an ``OpOverloadPacket`` covers its
+    overloads.
+    """
+    _check_target("register_collective", op)
+    if group is not None:
+        if not isinstance(group, str):
+            raise InvalidArgumentError(
+                f"register_collective: group must be an argument name (str) or None, got {group!r}"
+            )
+        names = _argument_names(op)
+        if names is not None and group not in names:
+            raise InvalidArgumentError(
+                f"register_collective: {op!r} has no argument named {group}; "
+                f"its arguments are {', '.join(names) or 'none'}"
+            )
+    _REGISTERED[op] = group
+    _OP_INFO_CACHE.clear()
+
+
+def _op_name(target: Any) -> str | None:
+    """``ns::name`` of an op packet or overload, else ``None``."""
+    if isinstance(target, OpOverload):
+        return qualified_name(target.overloadpacket)
+    if isinstance(target, OpOverloadPacket):
+        return qualified_name(target)
+    return None
+
+
+def _functional_name(target: Any) -> str | None:
+    """The functional collective's name for a ``_c10d_functional`` packet or overload."""
+    namespace, _, name = (_op_name(target) or "").partition("::")
+    return name if namespace == _NAMESPACE else None
+
+
+def _registered_group(target: Any) -> tuple[bool, str | None]:
+    """(registered, group argument name) for ``target``: the overload, else its packet."""
+    for key in (target, getattr(target, "overloadpacket", None)):
+        if key is None:
+            continue
+        try:
+            if key in _REGISTERED:
+                return True, _REGISTERED[key]
+        except TypeError:
+            return False, None
+    return False, None
+
+
+def _argument(node: Node, position: int, name: str) -> Any:
+    if name in node.kwargs:
+        return node.kwargs[name]
+    return node.args[position] if position < len(node.args) else None
+
+
+def _group_key(value: Any) -> str | None:
+    """A process group's name: a string as it is, a ``ProcessGroup`` by its ``group_name``."""
+    if value is None or isinstance(value, str):
+        return value
+    name = getattr(value, "group_name", None)
+    if isinstance(name, str):
+        return name
+    return repr(value)
+
+
+def _registered_argument_position(op: Any, name: str) -> int:
+    names = _argument_names(op) or []
+    return names.index(name) if name in names else len(names) + 1_000_000
+
+
+def collective_of(node: Node) -> Collective | None:
+    """The collective ``node`` issues, or ``None`` (``wait_tensor`` is not one: see `is_wait`)."""
+    if node.op != "call_function":
+        return None
+    target = node.target
+    name = _functional_name(target)
+    if name is not None:
+        if name not in _FUNCTIONAL:
+            return None
+        (position, arg), holds = _FUNCTIONAL[name]
+        group = _group_key(_argument(node, position, arg))
+        return Collective(node, name, group, asynchronous=True, holds_input=holds)
+    registered, arg_name = _registered_group(target)
+    if not registered:
+        return None
+    engine_group = None
+    if arg_name is not None:
+        position = _registered_argument_position(target, arg_name)
+        engine_group = _group_key(_argument(node, position, arg_name))
+    label = _op_name(target) or getattr(target, "__qualname__", None) or str(target)
+    return Collective(node, label, engine_group, asynchronous=False, holds_input=True)
+
+
+def is_wait(node: Node) -> bool:
+    """``node`` is a ``_c10d_functional.wait_tensor``."""
+    return node.op == "call_function" and _functional_name(node.target) == "wait_tensor"
+
+
+def waited(wait: Node) -> Node | None:
+    """The collective node a ``wait_tensor`` waits for: its argument, through ``getitem`` of a
+    coalesced collective's list result; ``None`` if that is no asynchronous collective."""
+    if not is_wait(wait):
+        return None
+    value = wait.args[0] if wait.args else wait.kwargs.get("tensor")
+    while isinstance(value, Node):
+        if value.op == "call_function" and value.target is operator.getitem:
+            value = value.args[0]
+            continue
+        found = collective_of(value)
+        return value if found is not None and found.asynchronous else None
+    return None
+
+
+def collectives_in(nodes: Graph | Iterable[Node]) -> list[Collective]:
+    """The collectives among ``nodes`` (a graph: its nodes), in their order."""
+    found = (collective_of(n) for n in (nodes.nodes if isinstance(nodes, Graph) else nodes))
+    return [c for c in found if c is not None]
+
+
+def waits_of(nodes: Graph | Iterable[Node]) -> dict[Node, list[Node]]:
+    """Each asynchronous collective among ``nodes`` -> its ``wait_tensor`` nodes, in order (a
+    coalesced collective has one per result; an unwaited one has none)."""
+    order = list(nodes.nodes if isinstance(nodes, Graph) else nodes)
+    result: dict[Node, list[Node]] = {c.node: [] for c in collectives_in(order) if c.asynchronous}
+    for node in order:
+        issued = waited(node)
+        if issued is not None and issued in result:
+            result[issued].append(node)
+    return result
