@@ -80,6 +80,9 @@ INTERFACES: tuple[tuple[str, str], ...] = (
     ("torch._inductor.ir", "ExternKernel"),
     ("torch._inductor.virtualized", "V"),
     ("torch._inductor.compile_fx", "compile_fx"),
+    ("torch._inductor.config", "fx_graph_cache"),
+    ("torch._inductor.config", "fx_graph_remote_cache"),
+    ("torch._functorch.config", "enable_autograd_cache"),
     ("torch._inductor.compile_fx", "post_grad_passes"),
     ("torch._inductor.compile_fx", "_recursive_post_grad_passes"),
     ("torch._inductor.custom_graph_pass", "CustomGraphPass"),
@@ -454,6 +457,19 @@ def compile_fx(gm: Any, example_inputs: Any, **config: Any) -> Any:
         return inductor_compile_fx(gm, example_inputs)
 
 
+def compile_fx_uncached(gm: Any, example_inputs: Any) -> Any:
+    """`compile_fx` with no cache that could serve a compiled graph (Inductor's FX graph
+    cache, local and remote, and AOT autograd's cache), so Inductor generates its code.
+
+    Unlike ``force_disable_caches``, which compiles into a fresh cache folder, the caches of
+    compiled C++ kernels and of the CPU's vector ISA checks stay on: they reuse a binary, never
+    skip code generation, and a cold folder costs seconds of ``g++`` per call."""
+    from torch._functorch import config as functorch_config
+
+    with functorch_config.patch(enable_autograd_cache=False):
+        return compile_fx(gm, example_inputs, fx_graph_cache=False, fx_graph_remote_cache=False)
+
+
 @contextlib.contextmanager
 def after_post_grad_passes(run: Callable[[Any], None]) -> Iterator[None]:
     """While the block runs, ``run(gm)`` is called on every graph module (subgraphs first,
@@ -605,6 +621,7 @@ __all__ = [
     "ScheduledNode",
     "after_post_grad_passes",
     "compile_fx",
+    "compile_fx_uncached",
     "custom_graph_pass_base",
     "external_object_table",
     "faking",

@@ -51,7 +51,9 @@ def trace_streams(
     input comes back as an extra output; sync ops wrapped in ``control_deps``);
     ``stage="inductor"`` the final kernel order Inductor generates for that graph (after
     fusion, reordering and buffer reuse; `msched.compile.kernel_order`), compiled with
-    Inductor's caches off so that it is read, never run.  Traced under
+    the caches that could serve compiled code instead off (Inductor's FX graph cache, AOT
+    autograd's), so that it is generated and read, never run; compiled C++ kernels are
+    reused from Inductor's cache folder.  Traced under
     ``torch.no_grad()`` with ``fullgraph=True``.  ``caller_stream`` is the stream current
     while tracing (a fresh CPU stream when None); its table indices (Dynamo registers it as
     the current stream, and again where the code names it) are recorded in
@@ -145,7 +147,7 @@ def _inductor_program(gm: GraphModule, example_inputs: list[Any]) -> GraphModule
 
     with internals.recording_final_orders() as orders:
         try:
-            internals.compile_fx(gm, example_inputs, force_disable_caches=True)
+            internals.compile_fx_uncached(gm, example_inputs)
         except MschedError:
             raise
         except Exception as error:  # Inductor's own failure, not a graph break

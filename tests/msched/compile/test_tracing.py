@@ -378,3 +378,21 @@ def test_a_capturing_backend_failure_says_what_it_raised() -> None:
             msched.trace_streams(
                 side_capture, torch.randn(4, 8), torch.zeros(16, 8), stage="inductor"
             )
+
+
+def doubled(x: torch.Tensor) -> torch.Tensor:
+    return x.relu() * 2
+
+
+@pytest.mark.parametrize("fn", [doubled, joined_with_wait_stream], ids=lambda f: f.__name__)
+def test_the_inductor_stage_is_never_served_from_a_cache(
+    fn, tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tracing the same code twice with the same shapes generates Inductor's code twice: its FX
+    graph cache and AOT autograd's cache would serve the second compile without code generation,
+    so there would be no kernel order to read.  (Compiled C++ kernels are reused.)"""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    first = msched.trace_streams(fn, torch.ones(4), stage="inductor")
+    second = msched.trace_streams(fn, torch.ones(4), stage="inductor")
+    assert str(first.graph) == str(second.graph)
+    assert msched.verify(second).ok
