@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from torch.fx import Node
 
 from msched.analysis.cost import CostModel
+from msched.analysis.dag import REASONS
 from msched.pictures.labels import format_number
 from msched.pictures.text import node_text, step_text, switch_text
 from msched.pictures.view import (
@@ -29,7 +30,7 @@ from msched.scheduling.pipeline import Schedule
 
 __all__ = ["explain_lines", "placement_text"]
 
-_REASON_ORDER = ("data", "raw", "war", "waw", "exit")
+_REASON_ORDER = tuple(name for _, name in REASONS)
 
 
 @dataclass(frozen=True)

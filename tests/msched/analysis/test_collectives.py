@@ -10,6 +10,8 @@ from torch.fx import Graph
 
 import msched
 from msched.analysis import collectives as coll
+from msched.analysis._collective_targets import REGISTERED
+from msched.analysis._targets import _OP_INFO_CACHE
 
 FC = torch.ops._c10d_functional
 
@@ -92,7 +94,8 @@ def test_an_engine_collective_is_synchronous_once_registered() -> None:
         msched.register_collective(torch.ops.mscheng34.all_reduce)
         assert [c.group for c in coll.collectives_in(g)] == [None, None]
     finally:
-        coll._REGISTERED.clear()
+        REGISTERED.clear()
+        _OP_INFO_CACHE.clear()
 
 
 @pytest.mark.parametrize(
@@ -108,4 +111,4 @@ def test_register_collective_refuses_what_it_cannot_read(
 ) -> None:
     with pytest.raises(msched.InvalidArgumentError, match=message):
         msched.register_collective(op, group=group)  # type: ignore[arg-type]
-    assert coll._REGISTERED == {}
+    assert REGISTERED == {}
