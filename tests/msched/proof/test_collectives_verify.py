@@ -19,7 +19,8 @@ from msched.analysis._collective_targets import REGISTERED
 from msched.analysis._targets import _OP_INFO_CACHE
 from msched.analysis.collectives import collectives_in
 from msched.analysis.nodes import node_named
-from msched.proof.verifier import Report
+from msched.proof.collective_order import COLLECTIVE_KINDS
+from msched.proof.verifier import VIOLATION_KINDS, Report
 
 from ..scheduled import Scheduled, aten, unscheduled
 
@@ -293,3 +294,8 @@ def test_an_unwaited_collective_read_by_output_is_a_race() -> None:
     report = msched.verify(GraphModule(torch.nn.Module(), g))
     assert kinds(report) == [("race", "raw")], str(report)
     assert "wait for it (wait_tensor of `ar`)" in report.violations[0].message
+
+
+def test_collective_order_is_a_verify_kind() -> None:
+    assert COLLECTIVE_KINDS == ("collective-order",)
+    assert set(COLLECTIVE_KINDS) <= set(VIOLATION_KINDS)
