@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+import torch._dynamo  # noqa: F401  (registers torch.ops.streams)
 from torch.fx import Graph, GraphModule
 
 import msched
@@ -299,3 +300,31 @@ def test_an_unwaited_collective_read_by_output_is_a_race() -> None:
 def test_collective_order_is_a_verify_kind() -> None:
     assert COLLECTIVE_KINDS == ("collective-order",)
     assert set(COLLECTIVE_KINDS) <= set(VIOLATION_KINDS)
+
+
+def torch_streams_program(joined: bool) -> GraphModule:
+    """User stream code in PyTorch's encoding: ``ar_a`` annotated with stream 1, ``ar_b`` on
+    the caller's stream, joined to stream 1 between them only when ``joined``."""
+    st = torch.ops.streams
+    g = Graph()
+    x = g.placeholder("x")
+    g.call_function(st.wait_stream.default, (1, 0))
+    ra = g.create_node("call_function", FC.all_reduce, (x, "sum", "0"), name="ar_a")
+    ra.meta["custom"] = {"stream": 1}
+    ta = g.create_node("call_function", FC.wait_tensor, (ra,), name="wait_a")
+    ta.meta["custom"] = {"stream": 1}
+    if joined:
+        g.call_function(st.wait_stream.default, (0, 1))
+    rb = g.create_node("call_function", FC.all_reduce, (x, "sum", "0"), name="ar_b")
+    tb = g.create_node("call_function", FC.wait_tensor, (rb,), name="wait_b")
+    if not joined:
+        g.call_function(st.wait_stream.default, (0, 1))
+    g.output((ta, tb))
+    return GraphModule(torch.nn.Module(), g)
+
+
+def test_the_torch_dialect_reads_collectives_too() -> None:
+    report = msched.verify(torch_streams_program(joined=False), dialect="torch")
+    assert kinds(report) == [("collective-order", None)], str(report)
+    assert report.violations[0].nodes == ("ar_a", "ar_b")
+    assert msched.verify(torch_streams_program(joined=True), dialect="torch").ok
