@@ -10,7 +10,9 @@ One `_OpInfo` per target (cached), derived from what can be known and nothing el
 - ``torch.Tensor`` methods (``call_method``): the schemas of the aten op of the same name;
 - ``torch.nn.functional`` functions and ``torch.nn`` modules on an allowlist of pure ones, with
   ``inplace=True`` (argument or module attribute) honoured; dropout-like ones are random;
-- registrations: `register_mutation`, `register_side_effect`, `register_pure`.
+- registrations: `register_mutation`, `register_side_effect`, `register_pure`;
+- collectives (`msched.analysis.collectives`): their schema's facts, always a side effect, and
+  a ``collective`` role that `msched.analysis.effects` turns into the asynchronous effects.
 
 **Sound by default**: anything else is *unknown* and assumed to read and write every tensor it
 receives, to return a possible alias of them, and to touch state outside the graph (so unknown
@@ -43,6 +45,7 @@ from msched._torch_internals import (
     schema_of,
     torch_says_impure,
 )
+from msched.analysis._collective_targets import collective_role
 from msched.errors import InvalidArgumentError
 
 # A written argument that can only be passed by keyword (``out=``) has this position.
@@ -87,6 +90,8 @@ class _OpInfo:
     side_effect: bool = False
     # ``inplace`` parameter (position, name): a truthy value makes it write its first input
     inplace_param: tuple[int, str] | None = None
+    # a collective: "async" issue, "wait" (wait_tensor) or "sync" (engine op); "" otherwise
+    collective: str = ""
     # derived: fresh storage, no writes, no side effect (reads its inputs and nothing more)
     plain: bool = field(init=False, default=False)
     # derived: like ``plain``, but a side effect (stream ops, ``print``): must run
@@ -103,6 +108,7 @@ class _OpInfo:
             or self.any_state
             or self.swaps_storage
             or self.inplace_param is not None
+            or self.collective
         )
         plain = not (special or self.side_effect or self.world)
         object.__setattr__(self, "plain", plain)
@@ -529,14 +535,22 @@ def function_info(target: Any) -> _OpInfo:
     """What a ``call_function`` target does (cached per target)."""
     info = _OP_INFO_CACHE.get(target)
     if info is None:
-        if isinstance(target, OpOverload):
-            info = overload_info(target)
-        elif isinstance(target, OpOverloadPacket):
-            info = packet_info(target)
+        role = collective_role(target)
+        if role is not None:
+            info = replace(_plain_function_info(target), side_effect=True, collective=role)
         else:
-            info = _callable_info(target)
+            info = _plain_function_info(target)
         _OP_INFO_CACHE[target] = info
     return info
+
+
+def _plain_function_info(target: Any) -> _OpInfo:
+    """What ``target`` does by its schema, signature or registrations alone."""
+    if isinstance(target, OpOverload):
+        return overload_info(target)
+    if isinstance(target, OpOverloadPacket):
+        return packet_info(target)
+    return _callable_info(target)
 
 
 def _callable_info(fn: Any) -> _OpInfo:

@@ -31,7 +31,13 @@ from typing import Any
 
 from torch.fx import Graph, Node
 
-from msched._torch_internals import OpOverload, OpOverloadPacket, qualified_name
+from msched.analysis._collective_targets import (
+    FUNCTIONAL,
+    REGISTERED,
+    functional_name,
+    op_name,
+    registered_group,
+)
 from msched.analysis._targets import _OP_INFO_CACHE, _argument_names, _check_target
 from msched.errors import InvalidArgumentError
 
@@ -44,29 +50,6 @@ __all__ = [
     "waited",
     "waits_of",
 ]
-
-#: functional collective name -> (position, name) of its group argument, and whether the work
-#: reads its input until it completes (False: the input is copied at issue).
-_FUNCTIONAL: dict[str, tuple[tuple[int, str], bool]] = {
-    "all_reduce": ((2, "group_name"), False),
-    "all_reduce_": ((2, "group_name"), True),
-    "all_reduce_coalesced": ((2, "group_name"), False),
-    "all_reduce_coalesced_": ((2, "group_name"), True),
-    "all_gather_into_tensor": ((2, "group_name"), True),
-    "all_gather_into_tensor_out": ((2, "group_name"), True),
-    "all_gather_into_tensor_coalesced": ((2, "group_name"), True),
-    "reduce_scatter_tensor": ((3, "group_name"), True),
-    "reduce_scatter_tensor_out": ((3, "group_name"), True),
-    "reduce_scatter_tensor_coalesced": ((3, "group_name"), True),
-    "all_to_all_single": ((3, "group_name"), True),
-    "broadcast": ((2, "group_name"), False),
-    "broadcast_": ((2, "group_name"), True),
-}
-
-_NAMESPACE = "_c10d_functional"
-
-#: engine collectives: op (packet or overload) -> name of its group argument, or None
-_REGISTERED: dict[Any, str | None] = {}
 
 
 @dataclass(frozen=True)
@@ -109,36 +92,8 @@ def register_collective(op: Any, group: str | None = None) -> None:
                 f"register_collective: {op!r} has no argument named {group}; "
                 f"its arguments are {', '.join(names) or 'none'}"
             )
-    _REGISTERED[op] = group
+    REGISTERED[op] = group
     _OP_INFO_CACHE.clear()
-
-
-def _op_name(target: Any) -> str | None:
-    """``ns::name`` of an op packet or overload, else ``None``."""
-    if isinstance(target, OpOverload):
-        return qualified_name(target.overloadpacket)
-    if isinstance(target, OpOverloadPacket):
-        return qualified_name(target)
-    return None
-
-
-def _functional_name(target: Any) -> str | None:
-    """The functional collective's name for a ``_c10d_functional`` packet or overload."""
-    namespace, _, name = (_op_name(target) or "").partition("::")
-    return name if namespace == _NAMESPACE else None
-
-
-def _registered_group(target: Any) -> tuple[bool, str | None]:
-    """(registered, group argument name) for ``target``: the overload, else its packet."""
-    for key in (target, getattr(target, "overloadpacket", None)):
-        if key is None:
-            continue
-        try:
-            if key in _REGISTERED:
-                return True, _REGISTERED[key]
-        except TypeError:
-            return False, None
-    return False, None
 
 
 def _argument(node: Node, position: int, name: str) -> Any:
@@ -167,27 +122,27 @@ def collective_of(node: Node) -> Collective | None:
     if node.op != "call_function":
         return None
     target = node.target
-    name = _functional_name(target)
+    name = functional_name(target)
     if name is not None:
-        if name not in _FUNCTIONAL:
+        if name not in FUNCTIONAL:
             return None
-        (position, arg), holds = _FUNCTIONAL[name]
+        (position, arg), holds = FUNCTIONAL[name]
         group = _group_key(_argument(node, position, arg))
         return Collective(node, name, group, asynchronous=True, holds_input=holds)
-    registered, arg_name = _registered_group(target)
+    registered, arg_name = registered_group(target)
     if not registered:
         return None
     engine_group = None
     if arg_name is not None:
         position = _registered_argument_position(target, arg_name)
         engine_group = _group_key(_argument(node, position, arg_name))
-    label = _op_name(target) or getattr(target, "__qualname__", None) or str(target)
+    label = op_name(target) or getattr(target, "__qualname__", None) or str(target)
     return Collective(node, label, engine_group, asynchronous=False, holds_input=True)
 
 
 def is_wait(node: Node) -> bool:
     """``node`` is a ``_c10d_functional.wait_tensor``."""
-    return node.op == "call_function" and _functional_name(node.target) == "wait_tensor"
+    return node.op == "call_function" and functional_name(node.target) == "wait_tensor"
 
 
 def waited(wait: Node) -> Node | None:

@@ -9,7 +9,13 @@ from an earlier node to a later one:
 - ``waw``: a write after the previous write of the same storage;
 - ``exit``: ``output`` after the last write of every written storage, after every
   side-effecting node without users, and after every other node without users (so that the
-  caller's stream has joined all work the graph issued when it returns).
+  caller's stream has joined all work the graph issued when it returns);
+- ``collective``: every collective (`msched.analysis.collectives`) after the collective before
+  it in program order.  One chain for all process groups, not one per group: every rank must
+  issue the collectives of a group in one order, and NCCL also asks every rank to submit the
+  operations of several communicators in one order (a rank-divergent order across two groups
+  deadlocks as surely as one within a group).  So a scheduler that follows the Dag never
+  reorders collectives, whatever its cost model says, and every rank issues them alike.
 
 Side-effecting nodes that write no tensor of the graph (``print``, collectives registered with
 `msched.register_side_effect`), random ops and calls msched knows nothing about keep their
@@ -26,17 +32,19 @@ from torch.fx import Graph, GraphModule, Node
 
 from msched._torch_internals import node_inputs
 from msched.analysis._graphcheck import check_acyclic
+from msched.analysis.collectives import collectives_in
 from msched.analysis.effects import Effects, compute_effects
 from msched.analysis.nodes import INPUT_OPS, graph_of
 from msched.errors import InvalidArgumentError, InvalidGraphError
 
-DATA, RAW, WAR, WAW, EXIT = 1, 2, 4, 8, 16
+DATA, RAW, WAR, WAW, EXIT, COLLECTIVE = 1, 2, 4, 8, 16, 32
 REASONS: tuple[tuple[int, str], ...] = (
     (DATA, "data"),
     (RAW, "raw"),
     (WAR, "war"),
     (WAW, "waw"),
     (EXIT, "exit"),
+    (COLLECTIVE, "collective"),
 )
 
 
@@ -108,7 +116,8 @@ def check_output(graph: Graph) -> Node:
 
 
 def build_dag(gm: GraphModule | Graph, *, exit_edges: bool = True) -> Dag:
-    """Build the `Dag` of ``gm``: data, RAW, WAR, WAW and exit edges with their reasons.
+    """Build the `Dag` of ``gm``: data, RAW, WAR, WAW, exit and collective edges with their
+    reasons.
 
     Raises `msched.InvalidGraphError` naming the cycle when a node depends on its own value.
 
@@ -117,6 +126,7 @@ def build_dag(gm: GraphModule | Graph, *, exit_edges: bool = True) -> Dag:
        since; add data edges, then RAW for reads, then WAW and WAR for writes.
     3. Give ``output`` an exit edge from each storage's last write, each side-effecting node
        without users and each other node without users.
+    4. Chain the collectives in program order (`collective_dependencies`).
 
     ``exit_edges=False`` skips step 3: an ablation for tests and benchmarks, which reproduces
     the bug msched exists to prevent (a capture nothing uses has no path to ``output``).
@@ -130,6 +140,8 @@ def build_dag(gm: GraphModule | Graph, *, exit_edges: bool = True) -> Dag:
     if exit_edges:
         for dep, mask in exit_dependencies(nodes, effects, out).items():
             preds[out][dep] = preds[out].get(dep, 0) | mask
+    for node, dep in collective_dependencies(nodes):
+        preds[node][dep] = preds[node].get(dep, 0) | COLLECTIVE
     succs: dict[Node, list[Node]] = {n: [] for n in nodes}
     for node in nodes:
         for dep in preds[node]:
@@ -172,6 +184,13 @@ def dependency_edges(
             world = node
         preds[node] = deps
     return preds
+
+
+def collective_dependencies(nodes: Sequence[Node]) -> list[tuple[Node, Node]]:
+    """``(collective, the collective before it)`` for each collective among ``nodes`` but the
+    first, in their order: the ``collective`` chain."""
+    chain = [c.node for c in collectives_in(nodes)]
+    return list(zip(chain[1:], chain[:-1], strict=True))
 
 
 def exit_dependencies(

@@ -24,6 +24,26 @@ Storages of graph inputs:
   other.  Dynamo gives each view of a buffer passed as an input a placeholder of its own,
   and their fake tensors keep the buffer's one storage, so those are one storage too.
 
+Collectives (`msched.analysis.collectives`) are read as what they do on the GPU:
+
+- a functional collective (``_c10d_functional.all_reduce``, ...) is *asynchronous*.  Its issue
+  reads its input, writes what its schema says it writes (the in-place forms: their input;
+  the ``_out`` forms: ``out``) and writes its own result, a storage of its own (a coalesced
+  collective's list result is one storage).  Each ``wait_tensor`` of it *writes* every storage
+  the issue wrote (the communication completes there) and its result is that same storage, so
+  a reader of the value is ordered after a wait.  When the work reads its input until it
+  completes (`Collective.holds_input`: ``all_to_all_single``, ``all_gather_into_tensor``,
+  ``reduce_scatter_tensor``, the in-place forms) the wait also *reads* the inputs, so a later
+  write to them is ordered after the wait.  The out-of-place ``all_reduce`` and ``broadcast``
+  copy their input at issue and are read *exactly*: a write to their input needs only the
+  issue before it.
+- an engine's collective (`msched.register_collective`) is synchronous on its stream: the
+  effects its schema gives, and it writes its own result.
+
+Every collective and every wait is a side effect; none of them joins the chain of calls that
+touch the world (collectives keep their order through the Dag's ``collective`` chain instead,
+and waits may move as late as their users allow).
+
 Results are plain dicts keyed by node.
 """
 
@@ -62,6 +82,7 @@ from msched.analysis._targets import (  # noqa: F401  (registries and the view t
     register_pure,
     register_side_effect,
 )
+from msched.analysis.collectives import collective_of, waited
 from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidGraphError
 
@@ -208,6 +229,8 @@ class _Walk:
                 self._alias(node, written)  # out= tensors come back through getitem
             if info.swaps_storage:
                 self._swap(node)
+        if info.collective:
+            self._collective(node, info.collective)
         if self.writes[node] or info.side_effect or _is_impure(node):
             self.side.append(node)
         if info.world:
@@ -228,6 +251,25 @@ class _Walk:
         self.reads[node] = touched
         self.writes[node] = touched
         self._alias(node, touched)
+
+    def _collective(self, node: Node, role: str) -> None:
+        """An issue also writes its own result; a wait completes what its collective wrote
+        (and reads the inputs the work holds), its result living in that storage."""
+        if role != "wait":
+            if self.root[node] is node and node not in self.writes[node]:
+                self.writes[node] += (node,)
+            return
+        value = _first_argument(node)
+        own = self.root[value] if isinstance(value, Node) else node
+        self.root[node] = own
+        issued = waited(node)
+        if issued is None or issued not in self.writes:  # a wait of something unknown
+            self.writes[node] = self.expand((own,))
+            return
+        found = collective_of(issued)
+        held = self.reads[issued] if found is not None and found.holds_input else ()
+        self.writes[node] = self.expand((*self.writes[issued], own))
+        self.reads[node] = tuple(dict.fromkeys((*self.reads[node], *held)))
 
     def _module_state(self, node: Node) -> tuple[Node, ...]:
         if node.op != "call_module":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch.fx import GraphModule, Node
 
 from msched.analysis.cost import CostModel
+from msched.analysis.dag import REASONS
 from msched.pictures.labels import counts, format_number, op_label, stream_title
 from msched.pictures.view import View, dependencies_by_name, view_of
 from msched.scheduling.pipeline import Schedule
@@ -27,7 +28,9 @@ _REASON_STYLE = {
     "war": 'color="#CC79A7", style=dashed',
     "waw": 'color="#7F3C8D", style=dashed',
     "exit": 'color="#C00000", penwidth=2',
+    "collective": 'color="#009E73", style=bold',
 }
+_REASON_ORDER = [name for _, name in REASONS]
 
 
 def stream_colour(stream: int) -> str:
@@ -46,8 +49,9 @@ def render_dot(
 
     Nodes are filled with their stream's colour and labelled ``name`` / ``op``.  Edges come
     from the Dag (see `dependencies_by_name`): plain data edges are unlabelled; every other
-    edge is labelled with its reasons (``raw``, ``war``, ``waw``, ``exit``) and styled by the
-    strongest.  Stream ops are not drawn (they are what the edges between clusters become).
+    edge is labelled with its reasons (``raw``, ``war``, ``waw``, ``exit``, ``collective``)
+    and styled by the strongest.  Stream ops are not drawn (they are what the edges between
+    clusters become).
     ``get_attr`` nodes (weights) are left out unless ``weights``.
     """
     v = view_of(obj, cost_model)
@@ -94,9 +98,9 @@ def _dot_cluster(stream: int, nodes: list[Node]) -> list[str]:
 
 
 def _dot_edge(src: str, dst: str, reasons: set[str]) -> str:
-    extra = sorted(reasons - {"data"}, key=["raw", "war", "waw", "exit"].index)
+    extra = sorted(reasons - {"data"}, key=_REASON_ORDER.index)
     if not extra:
         return f"  {_dot_quote(src)} -> {_dot_quote(dst)};"
     style = _REASON_STYLE[extra[-1]]
-    label = ",".join(sorted(reasons, key=["data", "raw", "war", "waw", "exit"].index))
+    label = ",".join(sorted(reasons, key=_REASON_ORDER.index))
     return f"  {_dot_quote(src)} -> {_dot_quote(dst)} [label={_dot_quote(label)}, {style}];"

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 from torch.fx import Node
 
+from msched.analysis.collectives import collective_of, waited, waits_of
 from msched.analysis.cost import CostModel
+from msched.analysis.dag import REASONS
 from msched.pictures.labels import format_number
 from msched.pictures.text import node_text, step_text, switch_text
 from msched.pictures.view import (
@@ -29,7 +31,7 @@ from msched.scheduling.pipeline import Schedule
 
 __all__ = ["explain_lines", "placement_text"]
 
-_REASON_ORDER = ("data", "raw", "war", "waw", "exit")
+_REASON_ORDER = tuple(name for _, name in REASONS)
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ def explain_lines(sched: Schedule, node: Node, cost_model: CostModel | None = No
         node_text(node),
         f"  stream {s}, time {times}, host position {host_index(v, node)} "
         f"(output is at {host_index(v, v.program.output)})",
+        *_collective_lines(e, node),
         f"Why stream {s}:",
         "  " + placement_text(sched, node),
         f"Dependencies of {name} (dependency, its stream, reasons, how it is ordered):",
@@ -241,12 +244,35 @@ def _dependent_lines(e: _Explained, node: Node) -> list[str]:
         else:
             how = f"joined by {_wait_name(e, wait)}" if wait is not None else "NOT JOINED"
         lines.append(f"  {name:<24} stream {us}  {_reasons(reasons):<9} {how}")
+        if "collective" in reasons:
+            lines.append(
+                f"    collective dependency: {name} is the next collective; msched keeps the "
+                "collectives in program order so that every rank issues them alike"
+            )
         if "exit" in reasons:
             lines.append(
                 f"    exit dependency: the graph may not return before {node.name} has "
                 "run, so whoever reads its result after the call sees it"
             )
     return lines or ["  (none)"]
+
+
+def _collective_lines(e: _Explained, node: Node) -> list[str]:
+    """For a collective: its group and where its communication ends; for a wait: which
+    collective it completes.  Nothing for other nodes."""
+    c = collective_of(node)
+    if c is not None:
+        group = "its own group" if c.group is None else f"group {c.group}"
+        if not c.asynchronous:
+            return [f"  collective {c.op} of {group}, synchronous on stream {e.stream(node)}"]
+        waits = waits_of(e.v.clocks.order).get(node, [])
+        at = ", ".join(f"{w.name} (stream {e.stream(w)})" for w in waits) or "no wait: never"
+        held = "; it reads its input until then" if c.holds_input else ""
+        return [f"  collective {c.op} of {group}, asynchronous: completes at {at}{held}"]
+    issue = waited(node)
+    if issue is None:
+        return []
+    return [f"  waits for {issue.name} (stream {e.stream(issue)}): its result is ready after it"]
 
 
 def _stream_op_lines(e: _Explained, node: Node) -> list[str]:

@@ -11,7 +11,15 @@ from msched.analysis.cost import CostModel, op_category
 from msched.analysis.nodes import INPUT_OPS
 from msched.pictures.labels import counts, format_number, op_label, stream_title
 from msched.pictures.text import step_text
-from msched.pictures.view import StreamJoin, View, exit_waits, stream_joins, view_of
+from msched.pictures.view import (
+    Communication,
+    StreamJoin,
+    View,
+    communications,
+    exit_waits,
+    stream_joins,
+    view_of,
+)
 from msched.proof.dialects import Step
 from msched.scheduling.pipeline import Schedule
 
@@ -243,6 +251,27 @@ _JOIN_STYLE = (
 )
 
 
+# Drawn only in pictures of graphs with asynchronous collectives.
+_COMM_STYLE = ".comm{fill:#009E73;fill-opacity:.75}"
+
+
+def _svg_comms(v: View, f: _Frame, comms: tuple[Communication, ...]) -> list[str]:
+    """A thin bar under each asynchronous collective, in its issue's lane, from the issue to
+    the end of its wait: the communication that may overlap the compute above it."""
+    out = []
+    for c in comms:
+        x, w = f.x(c.start), max((c.end - c.start) * f.scale, 1.0)
+        y = f.lane_top(v.program.stream_of[c.issue]) + _LANE - 6
+        waited = f"waited by {c.wait.name}" if c.wait is not None else "never waited"
+        tip = f"{c.issue.name} ({c.label}): communication {format_number(c.start)}-"
+        tip += f"{format_number(c.end)}, {waited}"
+        out.append(
+            f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="3" class="comm">'
+            f"<title>{_xml(tip)}</title></rect>"
+        )
+    return out
+
+
 def _svg_highlight(v: View, f: _Frame, groups: list[tuple[str, ...]]) -> list[str]:
     """A red outline around each node of each group (the nodes one violation names, in its
     order) and a dashed red line from the group's first node to each other one."""
@@ -268,7 +297,9 @@ def _svg_highlight(v: View, f: _Frame, groups: list[tuple[str, ...]]) -> list[st
     return out
 
 
-def _svg_legend(f: _Frame, y: float, joins: tuple[StreamJoin, ...]) -> list[str]:
+def _svg_legend(
+    f: _Frame, y: float, joins: tuple[StreamJoin, ...], comms: tuple[Communication, ...] = ()
+) -> list[str]:
     out = []
     x = float(_LEFT)
     for cat, colour in CATEGORY_COLOURS.items():
@@ -280,6 +311,10 @@ def _svg_legend(f: _Frame, y: float, joins: tuple[StreamJoin, ...]) -> list[str]
     x += 125
     out.append(f'<path d="M{x:.1f},{y - 4} L{x + 24:.1f},{y - 4}" class="link exitlink"/>')
     out.append(f'<text x="{x + 29:.1f}" y="{y}" class="legend">wait joined by output</text>')
+    if comms:
+        x += 185
+        out.append(f'<rect x="{x:.1f}" y="{y - 6}" width="24" height="3" class="comm"/>')
+        out.append(f'<text x="{x + 29:.1f}" y="{y}" class="legend">collective → its wait</text>')
     kinds = {join.step.kind for join in joins}
     x, y = float(_LEFT), y + _LEGEND_ROW
     for kind, cls, label in (
@@ -308,7 +343,9 @@ def render_svg(
     (``wait sN``) waits for to the waiting stream, from where the joined stream's last node
     issued before the join ends (dashed); the waits that join ``output`` are red, as is the
     dashed line at the makespan.  A host barrier (``synchronize``) is a dotted purple line
-    across every lane, with a curve from each point it waits for.  A time axis is on top and
+    across every lane, with a curve from each point it waits for.  An asynchronous collective
+    has a thin green bar (``class="comm"``) under its lane from its issue to the end of its
+    wait: the communication that compute may overlap.  A time axis is on top and
     a legend below.  Every lane is a ``rect`` with ``class="lane"`` and ``data-stream``.
     Deterministic bytes.
 
@@ -320,7 +357,8 @@ def render_svg(
     v = view_of(obj, cost_model)
     joins = stream_joins(v)
     f = _frame(v, scale, 2 if joins else 1)
-    style = _SVG_STYLE + (_JOIN_STYLE if joins else "")
+    comms = communications(v)
+    style = _SVG_STYLE + (_JOIN_STYLE if joins else "") + (_COMM_STYLE if comms else "")
     title = (
         f"msched schedule: {counts(v)}, "
         f"makespan {format_number(v.makespan)} (lower bound {format_number(v.lower_bound)})"
@@ -337,8 +375,8 @@ def render_svg(
         node = step.node
         if node.op not in (*INPUT_OPS, "output") and v.finish[node] > v.start[node]:
             body += _svg_box(v, f, node)
-    body += _svg_links(v, f) + _svg_joins(v, f, joins)
+    body += _svg_comms(v, f, comms) + _svg_links(v, f) + _svg_joins(v, f, joins)
     body += _svg_highlight(v, f, [tuple(group) for group in highlight])
-    body += _svg_legend(f, f.lane_top(v.num_streams) + 48, joins)
+    body += _svg_legend(f, f.lane_top(v.num_streams) + 48, joins, comms)
     body.append("</svg>")
     return "\n".join(body) + "\n"

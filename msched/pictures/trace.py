@@ -10,7 +10,7 @@ from torch.fx import GraphModule, Node
 from msched.analysis.cost import CostModel, op_category
 from msched.analysis.nodes import INPUT_OPS
 from msched.pictures.labels import format_number, json_number, op_label, stream_title
-from msched.pictures.view import View, view_of
+from msched.pictures.view import View, communications, view_of
 from msched.proof.dialects import Step
 from msched.scheduling.pipeline import Schedule
 
@@ -109,11 +109,30 @@ def _trace_body(v: View) -> list[dict[str, Any]]:
     return body
 
 
+def _comm_events(v: View) -> list[dict[str, Any]]:
+    """An async slice (``ph: "b"`` / ``"e"``, category ``comm``) per asynchronous collective,
+    from its issue to the end of its wait, on the issue's track."""
+    events = []
+    for i, c in enumerate(communications(v), start=1):
+        common = {
+            "pid": _TRACE_PID,
+            "tid": v.program.stream_of[c.issue],
+            "cat": "comm",
+            "name": f"{c.issue.name} communication",
+            "id": i,
+        }
+        waited = c.wait.name if c.wait is not None else None
+        args = {"collective": c.label, "wait": waited}
+        events.append({"ph": "b", **common, "ts": json_number(c.start), "args": args})
+        events.append({"ph": "e", **common, "ts": json_number(c.end)})
+    return events
+
+
 def trace_data(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> dict[str, Any]:
     """The Chrome trace-event document `render_perfetto` writes (see there)."""
     v = view_of(obj, cost_model)
     # A stable sort by time keeps each flow event right after the marker it binds to.
-    body = sorted(_trace_body(v), key=lambda e: e["ts"])
+    body = sorted(_trace_body(v) + _comm_events(v), key=lambda e: e["ts"])
     return {
         "traceEvents": _trace_metadata(v) + body,
         "displayTimeUnit": "ns",
@@ -137,7 +156,9 @@ def render_perfetto(obj: Schedule | GraphModule, cost_model: CostModel | None = 
     shown as microseconds, category by op kind); every ``record_event`` and ``wait_event`` is
     a zero-length complete event named ``record eK`` / ``wait eK``; every record is joined to
     each of its waits by a flow (``ph: "s"`` at the record, ``ph: "f"`` with ``bp: "e"`` at the
-    wait, one flow id per pair), drawn as an arrow between streams.  Deterministic bytes.
+    wait, one flow id per pair), drawn as an arrow between streams.  Every asynchronous
+    collective is an async slice (``ph: "b"`` / ``"e"``, category ``comm``) from its issue to
+    the end of its wait: the communication.  Deterministic bytes.
     """
     return json.dumps(trace_data(obj, cost_model), indent=1) + "\n"
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from torch.fx import Graph, GraphModule, Node
 
+from msched.analysis.collectives import collective_of, waits_of
 from msched.analysis.cost import CostModel, DefaultCostModel
 from msched.analysis.dag import build_dag
 from msched.analysis.nodes import INPUT_OPS
@@ -27,9 +28,11 @@ from msched.proof.timeline import simulate
 from msched.scheduling.pipeline import Schedule
 
 __all__ = [
+    "Communication",
     "EventUse",
     "StreamJoin",
     "View",
+    "communications",
     "dependencies_by_name",
     "event_of",
     "exit_waits",
@@ -314,6 +317,34 @@ def _join_sources(v: View, step: Step, last: dict[int, Node]) -> tuple[tuple[int
         return () if record is None else ((record.stream, v.start[record.node]),)
     streams = range(v.num_streams) if step.to_stream is None else (step.to_stream,)
     return tuple((t, v.finish[last[t]]) for t in streams if t in last)
+
+
+@dataclass(frozen=True)
+class Communication:
+    """An asynchronous collective that runs, from its issue to its first wait that runs
+    (``wait`` None: none does, and the communication lasts to the makespan); ``label`` names
+    its op and group (``all_reduce, group 0``)."""
+
+    issue: Node
+    wait: Node | None
+    start: float
+    end: float
+    label: str
+
+
+def communications(v: View) -> tuple[Communication, ...]:
+    """Every asynchronous collective issued before ``output``, in host order."""
+    order = v.clocks.order
+    waits = waits_of(order)
+    found = []
+    for issue, own in waits.items():
+        c = collective_of(issue)
+        assert c is not None
+        wait = next((w for w in own if w in v.finish), None)
+        end = v.finish[wait] if wait is not None else v.makespan
+        group = "its own group" if c.group is None else f"group {c.group}"
+        found.append(Communication(issue, wait, v.start[issue], end, f"{c.op}, {group}"))
+    return tuple(found)
 
 
 def dependencies_by_name(obj: Schedule | GraphModule) -> dict[str, dict[str, set[str]]]:

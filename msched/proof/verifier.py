@@ -24,7 +24,10 @@ Algorithm:
    (hazard ``data``, ``raw``, ``war`` or ``waw``) or, into ``output``, ``exit-not-joined``.
 4. ``output`` happens after the last write of every storage and after every node whose
    value nobody uses (``exit-not-joined``), whether or not the original's Dag says so.
-5. A tensor used on another stream than the one that allocated it needs a ``record_stream``
+5. The collectives (`msched.proof.collective_order`): consecutive ones ordered by
+   happens-before and, with ``original``, issued in its order (``collective-order``); no use
+   of an asynchronous collective's tensors before its wait (``race``).
+6. A tensor used on another stream than the one that allocated it needs a ``record_stream``
    for the using stream (``missing-record-stream``); storages of graph inputs never do.
    Only the uses `msched.analysis.lifetimes` finds unsafe need one (the allocator could hand
    the block to later work on its stream before the use): the emitter's rule, so both agree.
@@ -37,7 +40,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import cast
 
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_arg
@@ -45,6 +47,7 @@ from torch.fx.node import map_arg
 from msched._torch_internals import node_inputs
 from msched.analysis._graphcheck import check_acyclic
 from msched.analysis.dag import (
+    COLLECTIVE,
     DATA,
     RAW,
     WAR,
@@ -54,8 +57,7 @@ from msched.analysis.dag import (
     exit_dependencies,
     host_order_dependencies,
 )
-from msched.analysis.effects import Effects, compute_effects, produces_tensor
-from msched.analysis.lifetimes import UnsafeUse, unsafe_cross_stream_uses
+from msched.analysis.effects import Effects
 from msched.analysis.nodes import INPUT_OPS, graph_of
 from msched.errors import ScheduleVerificationError
 from msched.limits import check_flag, check_num_streams
@@ -65,6 +67,8 @@ from msched.proof._program import Step, StreamProgram
 from msched.proof._registry import describe_key
 from msched.proof.capture import CAPTURE_KINDS, capture_faults
 from msched.proof.clocks import Clocks, clocks_of
+from msched.proof.collective_order import COLLECTIVE_KINDS, collective_faults
+from msched.proof.record_streams import check_record_streams, scheduled_effects
 
 VIOLATION_KINDS = (
     "after-output",
@@ -76,6 +80,7 @@ VIOLATION_KINDS = (
     "race",
     "exit-not-joined",
     "missing-record-stream",
+    *COLLECTIVE_KINDS,
     *CAPTURE_KINDS,
 )
 HAZARDS = ("data", "raw", "war", "waw")
@@ -188,8 +193,11 @@ def verify(
     dropped, or an input from another graph), ``duplicate-node`` (an original node repeated),
     ``extra-node`` (a compute node that is not in ``original``: a scheduler may add stream
     ops only), ``bad-stream``, ``unrecorded-event``, ``race`` (with ``hazard``),
-    ``exit-not-joined`` and ``missing-record-stream``.  Extra and duplicate nodes are
-    ordered too: their dependencies on the other nodes come from the scheduled host order.
+    ``exit-not-joined``, ``missing-record-stream`` and ``collective-order`` (two consecutive
+    collectives not ordered by happens-before, or issued in another order than the
+    original's; a use of a collective's tensors before its wait is a ``race``).  Extra and
+    duplicate nodes are ordered too: their dependencies on the other nodes come from the
+    scheduled host order.
 
     With ``cuda_graph=True`` the program must also be capturable as a CUDA graph on the
     caller's stream (`msched.proof.capture`): ``capture-sync`` (the host synchronizes inside),
@@ -212,7 +220,10 @@ def verify(
         root: Mapping[Node, Node] = effects.root
     else:
         root = _check_against_original(before, graph, program, clocks, found)
-    _check_record_streams(program, clocks, root, found)
+    scheduled = lambda: scheduled_effects(graph, program.passthrough)  # noqa: E731
+    for issue in collective_faults(clocks, before, scheduled, found.pairs):
+        found.add(issue.kind, issue.nodes, issue.message, issue.hazard, issue.streams)
+    check_record_streams(program, clocks, root, found.add)
     if cuda_graph:
         for fault in capture_faults(program, clocks):
             found.add(fault.kind, fault.nodes, fault.message, streams=fault.streams)
@@ -350,7 +361,7 @@ def _unrecorded(clocks: Clocks, wait: Step, found: _Found) -> None:
 def _host_order_rules(graph: Graph, clocks: Clocks) -> tuple[Effects, dict[Node, dict[Node, int]]]:
     """The effects of the scheduled graph and the dependencies its host order implies."""
     passthrough = clocks.program.passthrough
-    effects = _scheduled_effects(graph, passthrough)
+    effects = scheduled_effects(graph, passthrough)
     forwarding = {node: None for node in passthrough if node.users}
     deps = host_order_dependencies(clocks.order, effects, clocks.output, forwarding)
     if passthrough:
@@ -364,45 +375,6 @@ def _see_through(deps: dict[Node, dict[Node, int]], passthrough: Mapping[Node, N
         for u in [u for u in edges if u in passthrough]:
             source = passthrough[u]
             edges[source] = edges.get(source, 0) | edges.pop(u)
-
-
-def _scheduled_effects(graph: Graph, views: Mapping[Node, Node] | None = None) -> Effects:
-    """`compute_effects` of a scheduled graph, whose host order may use a node early."""
-    return compute_effects(_in_topological_order(graph), views)
-
-
-def _in_topological_order(graph: Graph) -> Graph:
-    """``graph``, or a stand-in listing its nodes inputs-first when some node is used before
-    its definition (a broken schedule): `compute_effects` needs every input seen first."""
-    seen: set[Node] = set()
-    for node in graph.nodes:
-        if any(i not in seen for i in node.all_input_nodes):
-            return cast(Graph, _NodeList(_topological(graph)))
-        seen.add(node)
-    return graph
-
-
-@dataclass(frozen=True)
-class _NodeList:
-    nodes: tuple[Node, ...]
-
-
-def _topological(graph: Graph) -> tuple[Node, ...]:
-    """Every node after its inputs, otherwise in graph order."""
-    done: dict[Node, None] = {}
-    for node in graph.nodes:
-        stack = [node]
-        while stack:
-            top = stack[-1]
-            if top in done:
-                stack.pop()
-                continue
-            missing = [i for i in top.all_input_nodes if i not in done]
-            if missing:
-                stack.extend(missing)
-            else:
-                done[stack.pop()] = None
-    return tuple(done)
 
 
 def _check_orderings(
@@ -533,12 +505,20 @@ def _check_against_original(
     dag = build_dag(before)
     match, extras = _match_nodes(dag, program, found)
     exits = {dag.output: exit_dependencies(dag.nodes, dag.effects, dag.output)}
-    _check_orderings(dag.preds, clocks, dag.effects, match, found)
+    _check_orderings(_without_chain(dag.preds), clocks, dag.effects, match, found)
     _check_orderings(exits, clocks, dag.effects, match, found)
     root = _mapped_roots(dag, match)
     if extras:
         root = _check_extra_nodes(graph, clocks, extras, root, found)
     return root
+
+
+def _without_chain(preds: dict[Node, dict[Node, int]]) -> dict[Node, dict[Node, int]]:
+    """``preds`` without the ``collective`` chain, which `collective_faults` checks itself."""
+    if not any(mask & COLLECTIVE for deps in preds.values() for mask in deps.values()):
+        return preds
+    kept = {v: {u: m & ~COLLECTIVE for u, m in deps.items()} for v, deps in preds.items()}
+    return {v: {u: m for u, m in deps.items() if m} for v, deps in kept.items()}
 
 
 def _match_nodes(
@@ -634,53 +614,3 @@ def _mapped_roots(dag: Dag, match: dict[Node, Node]) -> dict[Node, Node]:
     """Scheduled node -> the scheduled node that is its storage root in the original graph."""
     root = dag.effects.root
     return {s: match.get(root[o], s) for o, s in match.items()}
-
-
-def _check_record_streams(
-    program: StreamProgram, clocks: Clocks, root: Mapping[Node, Node], found: _Found
-) -> None:
-    """Report cross-stream uses that need a ``record_stream`` and have none before output.
-
-    The rule is the emitter's (`msched.analysis.lifetimes`), so that everything `msched.schedule`
-    emits verifies.  A record of any alias of the storage for the using stream counts.
-    """
-    recorded: set[tuple[Node, int]] = set()
-    for step in program.steps:
-        if step.node is program.output:
-            break
-        if step.kind == "record_stream" and step.tensor is not None and step.to_stream is not None:
-            recorded.add((root.get(step.tensor, step.tensor), step.to_stream))
-    for use in _unsafe_uses(program, clocks, root):
-        if (use.root, use.stream) not in recorded:
-            recorded.add((use.root, use.stream))  # one report per storage and stream
-            _missing_record(use, clocks.stamp[use.root].stream, found)
-
-
-def _unsafe_uses(
-    program: StreamProgram, clocks: Clocks, root: Mapping[Node, Node]
-) -> list[UnsafeUse]:
-    """The uses `msched.analysis.lifetimes` finds unsafe, over the nodes that run between the
-    graph inputs and ``output``."""
-    stamp = clocks.stamp
-    body = [n for n in clocks.order if stamp[n].seq and n is not program.output]
-    return unsafe_cross_stream_uses(
-        body,
-        program.output,
-        {n: stamp[n].stream for n in body},
-        {n: stamp[n].seq for n in body},
-        {n: stamp[n].clock for n in body},
-        root,
-        produces_tensor,
-    )
-
-
-def _missing_record(use: UnsafeUse, home: int, found: _Found) -> None:
-    t, s = use.tensor.name, use.stream
-    found.add(
-        "missing-record-stream",
-        [t, use.user.name],
-        f"`{t}` is allocated on stream {home} and used by `{use.user.name}` on stream {s} "
-        f"without record_stream: add record_stream({t}, {s}) before `{use.user.name}` so "
-        f"the caching allocator does not reuse its memory while stream {s} may still read it",
-        streams=(home, s),
-    )

@@ -10,6 +10,9 @@ from torch.fx import Graph
 
 import msched
 from msched.analysis import collectives as coll
+from msched.analysis._collective_targets import REGISTERED
+from msched.analysis._targets import _OP_INFO_CACHE
+from msched.analysis.effects import compute_effects
 
 FC = torch.ops._c10d_functional
 
@@ -92,7 +95,8 @@ def test_an_engine_collective_is_synchronous_once_registered() -> None:
         msched.register_collective(torch.ops.mscheng34.all_reduce)
         assert [c.group for c in coll.collectives_in(g)] == [None, None]
     finally:
-        coll._REGISTERED.clear()
+        REGISTERED.clear()
+        _OP_INFO_CACHE.clear()
 
 
 @pytest.mark.parametrize(
@@ -108,4 +112,41 @@ def test_register_collective_refuses_what_it_cannot_read(
 ) -> None:
     with pytest.raises(msched.InvalidArgumentError, match=message):
         msched.register_collective(op, group=group)  # type: ignore[arg-type]
-    assert coll._REGISTERED == {}
+    assert REGISTERED == {}
+
+
+def _effects_graph() -> tuple[Graph, dict[str, torch.fx.Node]]:
+    g = Graph()
+    x = g.placeholder("x")
+    ar = g.call_function(FC.all_reduce, (x, "sum", "0"))
+    w = g.call_function(FC.wait_tensor, (ar,))
+    a2a = g.call_function(FC.all_to_all_single, (x, [4], [4], "0"))
+    w2 = g.call_function(FC.wait_tensor, (a2a,))
+    inplace = g.call_function(FC.all_reduce_, (x, "sum", "0"))
+    w3 = g.call_function(FC.wait_tensor, (inplace,))
+    g.output((w, w2, w3))
+    return g, dict(x=x, ar=ar, w=w, a2a=a2a, w2=w2, inplace=inplace, w3=w3)
+
+
+def test_a_wait_completes_the_collective_it_waits_for() -> None:
+    """The issue writes its own result; the wait writes it again and is its storage; a wait
+    of a collective that holds its input reads that input too."""
+    g, n = _effects_graph()
+    e = compute_effects(g)
+    x, ar, a2a, inplace = n["x"], n["ar"], n["a2a"], n["inplace"]
+    assert (e.reads[ar], e.writes[ar], e.root[ar]) == ((x,), (ar,), ar)
+    assert (e.reads[n["w"]], e.writes[n["w"]], e.root[n["w"]]) == ((ar,), (ar,), ar)
+    assert (e.reads[n["w2"]], e.writes[n["w2"]], e.root[n["w2"]]) == ((a2a, x), (a2a,), a2a)
+    assert (e.writes[inplace], e.root[inplace]) == ((x,), x)
+    assert (e.reads[n["w3"]], e.writes[n["w3"]]) == ((x,), (x,))
+    assert {ar, a2a, inplace, n["w"], n["w2"], n["w3"]} <= e.side_effects
+    assert not e.world & {ar, a2a, inplace, n["w"], n["w2"], n["w3"]}
+
+
+def test_the_dag_orders_uses_after_the_wait_and_collectives_in_one_chain() -> None:
+    g, n = _effects_graph()
+    dag = msched.build_dag(g)
+    assert dag.dependencies(n["a2a"]) == {n["x"]: {"data"}, n["ar"]: {"collective"}}
+    assert dag.dependencies(n["inplace"])[n["a2a"]] == {"collective", "war"}
+    assert dag.dependencies(n["inplace"])[n["w2"]] == {"war"}  # a2a reads x until its wait
+    assert n["w"] not in dag.dependencies(n["inplace"])  # all_reduce copied x at issue
