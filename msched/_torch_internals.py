@@ -207,7 +207,7 @@ functorch_active = require(torch._C, "_are_functorch_transforms_active", "msched
 def aot_autograd(**kwargs: Any) -> Callable[..., Any]:
     """Dynamo's backend factory running AOT autograd with the given compilers."""
     factory = require("torch._dynamo.backends.common", "aot_autograd", "msched.trace_streams")
-    return factory(**kwargs)  # type: ignore[no-any-return]
+    return factory(**kwargs)
 
 
 def aot_module_simplified(*args: Any, **kwargs: Any) -> Any:
@@ -218,7 +218,7 @@ def aot_module_simplified(*args: Any, **kwargs: Any) -> Any:
 
 def backend_compiler_failed() -> type[Exception]:
     """The exception ``torch.compile`` wraps a backend's error in."""
-    return require("torch._dynamo.exc", "BackendCompilerFailed", "msched.compile")  # type: ignore[no-any-return]
+    return require("torch._dynamo.exc", "BackendCompilerFailed", "msched.compile")
 
 
 def fake_tensor_mode(**kwargs: Any) -> Any:

@@ -258,7 +258,7 @@ def parse_scheduler(text: str) -> Scheduler:
             f"{text.strip()} is a {type(scheduler).__name__}, not a callable "
             "scheduler(gm, num_streams)"
         )
-    return scheduler  # type: ignore[no-any-return]
+    return scheduler
 
 
 def parse_dialect(text: str) -> Dialect:

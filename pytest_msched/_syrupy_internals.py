@@ -48,18 +48,18 @@ def report_has_hooks() -> bool:
 
 def extensions_by_location(report: SnapshotReport) -> dict[str, Any]:
     """The extension that discovered each snapshot file (``SnapshotReport._extensions``)."""
-    return report._extensions  # type: ignore[no-any-return]
+    return report._extensions
 
 
 def provided_test_paths(report: SnapshotReport) -> dict[str, Any]:
     """The test paths given on the command line, each with the node ids it names
     (``SnapshotReport._provided_test_paths``)."""
-    return report._provided_test_paths  # type: ignore[no-any-return]
+    return report._provided_test_paths
 
 
 def collected_items_by_nodeid(report: SnapshotReport) -> dict[str, Any]:
     """The collected test items by node id (``SnapshotReport._collected_items_by_nodeid``)."""
-    return report._collected_items_by_nodeid  # type: ignore[no-any-return]
+    return report._collected_items_by_nodeid
 
 
 def file_name_budget(extension: type[SingleFileSnapshotExtension]) -> tuple[Any, Any]:

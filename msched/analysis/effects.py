@@ -53,7 +53,7 @@ import builtins
 import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch.fx import Graph, Node
@@ -94,6 +94,15 @@ __all__ = [
     "register_pure",
     "register_side_effect",
 ]
+
+
+class NodeList(Protocol):
+    """What `compute_effects` reads of a graph: its nodes in program order.  A `Graph`, or a
+    stand-in listing another graph's nodes (`msched.proof.record_streams` lists a broken
+    schedule's nodes inputs-first)."""
+
+    @property
+    def nodes(self) -> Iterable[Node]: ...
 
 
 #: The ``node.meta`` key that says which placeholders are one storage.
@@ -181,7 +190,7 @@ class Effects:
 class _Walk:
     """The state of one pass over a graph in program order."""
 
-    def __init__(self, graph: Graph, by_storage: bool) -> None:
+    def __init__(self, graph: NodeList, by_storage: bool) -> None:
         self.root: dict[Node, Node] = {}
         self.reads: dict[Node, tuple[Node, ...]] = {}
         self.writes: dict[Node, tuple[Node, ...]] = {}
@@ -342,7 +351,7 @@ class _InputStorages:
     a node of its own, outside the graph, named after the attribute.
     """
 
-    def __init__(self, graph: Graph, by_storage: bool) -> None:
+    def __init__(self, graph: NodeList, by_storage: bool) -> None:
         """``by_storage``: look attributes up in the owning module (tied attributes are one
         storage); otherwise an attribute's name is its identity (cheaper, and exact as long
         as nothing writes an attribute)."""
@@ -448,7 +457,7 @@ def _storage_identity(value: torch.Tensor) -> int | None:
         return None
 
 
-def _input_nodes(graph: Graph, op: str) -> list[Node]:
+def _input_nodes(graph: NodeList, op: str) -> list[Node]:
     """The nodes of ``graph`` whose op is ``op`` (placeholders or attributes), in order."""
     if isinstance(graph, Graph):  # find_nodes keeps graph order
         return list(graph.find_nodes(op=op))
@@ -510,7 +519,7 @@ def _tensor_key(value: Any, name: str) -> Any:
     return ("object", id(value))
 
 
-def compute_effects(graph: Graph, views: Mapping[Node, Node] | None = None) -> Effects:
+def compute_effects(graph: NodeList, views: Mapping[Node, Node] | None = None) -> Effects:
     """Compute `Effects` for every node of ``graph`` in one pass in program order.
 
     Attributes are told apart by name first; where some node writes an attribute or calls a
@@ -530,7 +539,7 @@ def compute_effects(graph: Graph, views: Mapping[Node, Node] | None = None) -> E
     return effects
 
 
-def _compute(graph: Graph, by_storage: bool, views: Mapping[Node, Node]) -> Effects:
+def _compute(graph: NodeList, by_storage: bool, views: Mapping[Node, Node]) -> Effects:
     walk = _Walk(graph, by_storage)
     root, reads, writes, aliases = walk.root, walk.reads, walk.writes, walk.aliases
     cache, getitem, input_root = _OP_INFO_CACHE, operator.getitem, walk.input_root
@@ -575,7 +584,7 @@ def _compute(graph: Graph, by_storage: bool, views: Mapping[Node, Node]) -> Effe
     return Effects(root, reads, writes, side, world, walk.aliases)
 
 
-def _undefined_input(graph: Graph) -> str | None:
+def _undefined_input(graph: NodeList) -> str | None:
     """Why some node of ``graph`` uses a value that is not defined before it, if one does."""
     position = {n: i for i, n in enumerate(graph.nodes)}
     for node in graph.nodes:

@@ -334,7 +334,7 @@ def tie_kernels(graph: Any, operations: Any) -> int:
         if not names or None in waits:
             continue
         first = min(positions[n] for n in names)
-        for wait, at in dict.fromkeys(waits):  # type: ignore[misc]
+        for wait, at in dict.fromkeys(waits):
             if at >= first:
                 continue
             for dep in graph._void_ctrl_dep_op_names.get(by_name.get(wait), ()):
@@ -554,7 +554,7 @@ def external_object_table() -> dict[int, Any]:
     """Dynamo's table of external objects (index -> weak reference), which stream ops read."""
     from torch._dynamo import graph_bytecode_inputs
 
-    return graph_bytecode_inputs.index_to_external_object_weakref  # type: ignore[no-any-return]
+    return graph_bytecode_inputs.index_to_external_object_weakref
 
 
 def stream_op_named(name: str) -> Any:

@@ -286,7 +286,7 @@ class NativeStreams:
     def event(self, event: int) -> torch.Event:
         if event not in self._events:
             made = torch.cuda.Event() if self.cuda else _CpuEvent(device="cpu")
-            self._events[event] = made  # type: ignore[assignment]
+            self._events[event] = made
         return self._events[event]
 
     def install(self, num_streams: int, num_events: int) -> None:

@@ -258,7 +258,7 @@ def cuda_streams_on_cpu() -> Iterator[torch.Stream]:
     torch.cuda.Event = event_factory  # type: ignore[assignment,misc]
     torch.cuda.current_stream = current_stream  # type: ignore[assignment]
     torch.cuda.default_stream = current_stream  # type: ignore[assignment]
-    torch.cuda.stream = enter  # type: ignore[assignment]
+    torch.cuda.stream = enter
     try:
         yield ambient
     finally:

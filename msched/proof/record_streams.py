@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import cast
 
 from torch.fx import Graph, Node
 
-from msched.analysis.effects import Effects, compute_effects, produces_tensor
+from msched.analysis.effects import Effects, NodeList, compute_effects, produces_tensor
 from msched.analysis.lifetimes import UnsafeUse, unsafe_cross_stream_uses
 from msched.proof._program import StreamProgram
 from msched.proof.clocks import Clocks
@@ -29,13 +28,13 @@ def scheduled_effects(graph: Graph, views: Mapping[Node, Node] | None = None) ->
     return compute_effects(_in_topological_order(graph), views)
 
 
-def _in_topological_order(graph: Graph) -> Graph:
+def _in_topological_order(graph: Graph) -> NodeList:
     """``graph``, or a stand-in listing its nodes inputs-first when some node is used before
     its definition (a broken schedule): `compute_effects` needs every input seen first."""
     seen: set[Node] = set()
     for node in graph.nodes:
         if any(i not in seen for i in node.all_input_nodes):
-            return cast(Graph, _NodeList(_topological(graph)))
+            return _NodeList(_topological(graph))
         seen.add(node)
     return graph
 

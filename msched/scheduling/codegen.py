@@ -76,7 +76,7 @@ class DirectStreamCallsCodeGen(DirectStreamCalls, CodeGen):
     __slots__ = ()
 
 
-class DirectStreamCallsPyTreeCodeGen(DirectStreamCalls, PyTreeCodeGen):  # type: ignore[misc]
+class DirectStreamCallsPyTreeCodeGen(DirectStreamCalls, PyTreeCodeGen):
     """The code generator of exported graphs (pytree inputs and outputs), with direct calls."""
 
     __slots__ = ()

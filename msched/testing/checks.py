@@ -168,8 +168,8 @@ def run_scheduler(
     """
     name = scheduler_name(scheduler)
     original = copy_module(gm)
-    try:
-        result = scheduler(gm, num_streams)
+    try:  # the scheduler is the user's code: what it returns is checked below
+        result: object = scheduler(gm, num_streams)
     except Exception as error:
         tb = error.__traceback__
         frames = traceback.format_exception(type(error), error, tb.tb_next if tb else None)
