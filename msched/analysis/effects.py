@@ -539,7 +539,11 @@ def compute_effects(graph: NodeList, views: Mapping[Node, Node] | None = None) -
     return effects
 
 
-def _compute(graph: NodeList, by_storage: bool, views: Mapping[Node, Node]) -> Effects:
+# Over the length and complexity limits (ruff C901, PLR0915) on purpose: one pass over
+# the graph, the common ops (plain ops, inputs, output) inlined; every analysis runs it.
+def _compute(  # noqa: C901, PLR0915
+    graph: NodeList, by_storage: bool, views: Mapping[Node, Node]
+) -> Effects:
     walk = _Walk(graph, by_storage)
     root, reads, writes, aliases = walk.root, walk.reads, walk.writes, walk.aliases
     cache, getitem, input_root = _OP_INFO_CACHE, operator.getitem, walk.input_root

@@ -373,18 +373,30 @@ class _Diff:
         return out
 
     def _sync_lines(self, own_a: set[Node], own_b: set[Node]) -> list[str]:
-        for side, records, own in (
-            (self.a, self.records_a, own_a),
-            (self.b, self.records_b, own_b),
-        ):
-            for record in records:  # a record only some node's own waits use is its too
-                waits = side.waits_of.get(record, [])
-                if waits and all(w in own for w in waits):
-                    own.add(record)
+        self._claim_records(own_a, own_b)
         waits_a = [w for w in self.waits_a if w not in own_a]
         waits_b = [w for w in self.waits_b if w not in own_b]
         out = self._moved_waits(waits_a, waits_b)
         out += self._join_lines(own_a, own_b)
+        return out + self._one_sided_lines(waits_a, waits_b, own_a, own_b)
+
+    def _claim_records(self, own_a: set[Node], own_b: set[Node]) -> None:
+        """Add to each side's ``own`` the records that only some node's own waits use."""
+        for side, records, own in (
+            (self.a, self.records_a, own_a),
+            (self.b, self.records_b, own_b),
+        ):
+            for record in records:
+                waits = side.waits_of.get(record, [])
+                if waits and all(w in own for w in waits):
+                    own.add(record)
+
+    def _one_sided_lines(
+        self, waits_a: list[Node], waits_b: list[Node], own_a: set[Node], own_b: set[Node]
+    ) -> list[str]:
+        """The waits, records and ``record_stream`` calls only one side has, the sync of an
+        added or removed node left out: ``+ wait on s1 for ...``, ``- record ...``."""
+        out = []
         for sign, side, waits in (("+", self.b, waits_b), ("-", self.a, waits_a)):
             for w in waits:
                 out.append(

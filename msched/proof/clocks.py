@@ -280,7 +280,8 @@ def _synchronized(
     return tuple(max(column) for column in zip(*vc, strict=True))
 
 
-def _walk(program: StreamProgram, width: int) -> Clocks:
+# Over the length and complexity limits (ruff C901, PLR0915) on purpose: see the docstring.
+def _walk(program: StreamProgram, width: int) -> Clocks:  # noqa: C901, PLR0915
     """The host-order walk of `clocks_of`.
 
     Longer than 40 lines on purpose: it is the inner loop of `msched.verify` (one iteration

@@ -446,7 +446,8 @@ def _list_schedule(
     return picked
 
 
-def _place(
+# Over ruff's complexity limit (C901, 11 > 10): to split, the producer loop into a helper.
+def _place(  # noqa: C901
     deps: dict[Node, int],
     cost: float,
     lanes: list[_Lane],

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from torch.fx import GraphModule, Node
 
-from msched.proof.dialects import interpret
+from msched.proof.dialects import Step, interpret
 
 
 @dataclass(frozen=True)
@@ -35,44 +35,53 @@ class HappensBefore:
         return self.knows[after][stream] >= seq
 
 
+class _Reader:
+    """The vector clocks of one program read step by step: `happens_before`'s state."""
+
+    def __init__(self, n: int) -> None:
+        self.vc = [[-1] * n for _ in range(n)]
+        self.vc[0][0] = 0
+        self.count = [0] * n
+        self.events: dict[int, tuple[int, ...]] = {}
+        self.position: dict[str, tuple[int, int]] = {}
+        self.knows: dict[str, tuple[int, ...]] = {}
+        self.waits: list[Wait] = []
+
+    def read(self, index: int, step: Step) -> None:
+        vc, s, name = self.vc, step.stream, step.node.name
+        if step.node.op in ("placeholder", "get_attr"):
+            self.position[name] = (0, 0)
+            self.knows[name] = tuple(vc[0])
+        elif step.kind == "record_event":
+            assert step.event is not None
+            self.events[step.event] = tuple(vc[s])
+        elif step.kind == "wait_event":
+            assert step.event is not None
+            snap = self.events.get(step.event)
+            if snap is not None:  # with no record of it before, it waits for nothing
+                self.waits.append(Wait(step.node, index, s, tuple(vc[s]), snap))
+                vc[s] = [max(a, b) for a, b in zip(vc[s], snap, strict=True)]
+        elif step.kind == "compute":
+            self.count[s] += 1
+            vc[s][s] = self.count[s]
+            self.position[name] = (s, self.count[s])
+            self.knows[name] = tuple(vc[s])
+
+
 def happens_before(
     gm: GraphModule, skip: frozenset[str] = frozenset(), skip_steps: frozenset[int] = frozenset()
 ) -> HappensBefore:
     """Read ``gm``'s stream ops in host order, ignoring the nodes named in ``skip`` and the
     steps at the indices ``skip_steps`` (one wait of a switch that waits on several)."""
     prog = interpret(gm)
-    n = prog.num_streams
-    vc = [[-1] * n for _ in range(n)]
-    vc[0][0] = 0
-    count = [0] * n
-    events: dict[int, tuple[int, ...]] = {}
-    position: dict[str, tuple[int, int]] = {}
-    knows: dict[str, tuple[int, ...]] = {}
-    waits: list[Wait] = []
+    reader = _Reader(prog.num_streams)
     entry: int | None = None
     for index, step in enumerate(prog.steps):
         if step.node.name in skip or index in skip_steps:
             continue
-        s = step.stream
         if entry is None and step.kind != "compute":
-            entry = vc[0][0]
-        if step.node.op in ("placeholder", "get_attr"):
-            position[step.node.name] = (0, 0)
-            knows[step.node.name] = tuple(vc[0])
-        elif step.kind == "record_event":
-            assert step.event is not None
-            events[step.event] = tuple(vc[s])
-        elif step.kind == "wait_event":
-            assert step.event is not None
-            snap = events.get(step.event)
-            if snap is None:  # no record of it before: it waits for nothing
-                continue
-            waits.append(Wait(step.node, index, s, tuple(vc[s]), snap))
-            vc[s] = [max(a, b) for a, b in zip(vc[s], snap, strict=True)]
-        elif step.kind == "compute":
-            count[s] += 1
-            vc[s][s] = count[s]
-            position[step.node.name] = (s, count[s])
-            knows[step.node.name] = tuple(vc[s])
+            entry = reader.vc[0][0]
+        reader.read(index, step)
     order = tuple(step.node.name for step in prog.steps)
-    return HappensBefore(position, knows, tuple(waits), order, vc[0][0] if entry is None else entry)
+    first = reader.vc[0][0] if entry is None else entry
+    return HappensBefore(reader.position, reader.knows, tuple(reader.waits), order, first)

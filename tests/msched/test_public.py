@@ -32,23 +32,26 @@ def _returned(fn: Callable[..., Any]) -> Iterator[type]:
     yield from _classes_in(typing.get_type_hints(fn).get("return"))
 
 
+def _functions_of(name: str, value: Any) -> Iterator[tuple[str, Callable[..., Any]]]:
+    """The exported function ``value``, or the public methods and property getters of the
+    exported class ``value``, each with its dotted name."""
+    if inspect.isfunction(value):
+        yield name, value
+    elif inspect.isclass(value):
+        for attr, member in vars(value).items():
+            if attr.startswith("_"):
+                continue
+            if isinstance(member, property) and member.fget is not None:
+                yield f"{name}.{attr}", member.fget
+            elif inspect.isfunction(member):
+                yield f"{name}.{attr}", member
+
+
 def returned_types(module: Any) -> dict[str, set[str]]:
     """Class of msched -> the exported functions, methods and properties that return it."""
     found: dict[str, set[str]] = {}
     for name in module.__all__:
-        value = getattr(module, name)
-        sources: list[tuple[str, Callable[..., Any]]] = []
-        if inspect.isfunction(value):
-            sources.append((name, value))
-        elif inspect.isclass(value):
-            for attr, member in vars(value).items():
-                if attr.startswith("_"):
-                    continue
-                if isinstance(member, property) and member.fget is not None:
-                    sources.append((f"{name}.{attr}", member.fget))
-                elif inspect.isfunction(member):
-                    sources.append((f"{name}.{attr}", member))
-        for where, fn in sources:
+        for where, fn in _functions_of(name, getattr(module, name)):
             for cls in _returned(fn):
                 if cls.__module__.split(".")[0] == "msched":
                     found.setdefault(cls.__name__, set()).add(where)

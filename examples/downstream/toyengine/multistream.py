@@ -261,6 +261,35 @@ def _needs_event(
     return wanted | {d for d in exit_preds if stream[d] != 0}
 
 
+def _body(deps: _Deps, output: Node, bug: int) -> tuple[list[Node], list[Node]]:
+    """The nodes to schedule, and the leftovers copied after ``output`` (none unless bug 1)."""
+    if bug != 1:
+        return deps.body, []
+    # Bug 1: "what does output need?": captures are not needed by anything.
+    needed = _ancestors(output, deps.preds)
+    body = [n for n in deps.body if n in needed]
+    return body, [n for n in deps.body if n not in needed]
+
+
+def _emit_body(
+    emit: _Emitter, order: list[Node], preds: dict[Node, set[Node]], needs_event: set[Node]
+) -> None:
+    """Copy ``order`` onto its streams: each stream waits for the entry event once, each node
+    for its producers on other streams; an event after each node in ``needs_event``."""
+    started = {0}
+    for node in order:
+        s = emit.assignment.stream[node]
+        emit.switch(s)
+        if s not in started:
+            started.add(s)
+            emit.wait(_ENTRY_EVENT)
+        emit.wait_for(preds[node])
+        emit.record_uses(node)
+        emit.copy(node)
+        if node in needs_event:
+            emit.event_after[node] = emit.record()
+
+
 def schedule(gm: GraphModule, num_streams: int) -> GraphModule:
     """Schedule ``gm`` on ``num_streams`` streams; returns a new module (``gm`` is unchanged).
 
@@ -271,13 +300,7 @@ def schedule(gm: GraphModule, num_streams: int) -> GraphModule:
     bug = active_bug()
     deps = _dependencies(gm)
     output = gm.graph.output_node()
-    if bug == 1:
-        # Bug 1: "what does output need?": captures are not needed by anything.
-        needed = _ancestors(output, deps.preds)
-        body = [n for n in deps.body if n in needed]
-        leftovers = [n for n in deps.body if n not in needed]
-    else:
-        body, leftovers = deps.body, []
+    body, leftovers = _body(deps, output, bug)
     assignment = _assign(body, deps.preds, num_streams)
     index = {n: i for i, n in enumerate(body)}
     order = sorted(body, key=lambda n: (assignment.start[n], index[n]))
@@ -296,18 +319,7 @@ def schedule(gm: GraphModule, num_streams: int) -> GraphModule:
             emit.copy(node)
     if any(s != 0 for s in last_on):
         emit.stream_op(ops.record_event, _ENTRY_EVENT)
-    started = {0}
-    for node in order:
-        s = assignment.stream[node]
-        emit.switch(s)
-        if s not in started:
-            started.add(s)
-            emit.wait(_ENTRY_EVENT)
-        emit.wait_for(deps.preds[node])
-        emit.record_uses(node)
-        emit.copy(node)
-        if node in needs_event:
-            emit.event_after[node] = emit.record()
+    _emit_body(emit, order, deps.preds, needs_event)
     emit.switch(0)
     emit.wait_for(exit_preds)
     emit.copy(output)
