@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from msched import ops
 from msched._torch_internals import warn_if_untested
+from msched._version import __version__
 from msched.analysis.collectives import register_collective
 from msched.analysis.cost import CostModel, DefaultCostModel, RooflineCostModel
 from msched.analysis.dag import Dag, build_dag
@@ -51,8 +52,6 @@ from msched.scheduling.readback import read_schedule
 
 # A torch outside the tested range warns once, naming both (msched._torch_internals).
 warn_if_untested()
-
-__version__ = "0.1.0"  # the version in pyproject.toml (tests/msched/test_public.py checks)
 
 __all__ = [
     "MAX_STREAMS",

@@ -14,9 +14,13 @@ import msched
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
-def test_the_version_is_pyproject_s() -> None:
-    version = tomllib.loads(PYPROJECT.read_text())["project"]["version"]
-    assert msched.__version__ == version
+def test_the_version_is_written_once_and_pyproject_reads_it() -> None:
+    pyproject = tomllib.loads(PYPROJECT.read_text())
+    assert "version" not in pyproject["project"]
+    assert pyproject["project"]["dynamic"] == ["version"]
+    source = pyproject["tool"]["setuptools"]["dynamic"]["version"]["attr"]
+    assert source == "msched._version.__version__"
+    assert msched.__version__ is msched._version.__version__
     assert "__version__" in msched.__all__
 
 
