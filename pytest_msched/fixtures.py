@@ -84,9 +84,12 @@ def decoder_stack() -> Callable[..., DecoderStack]:
     """A factory of synthetic Eagle3 decoder stacks: `msched.decoder.decoder_stack`.
 
     ``decoder_stack(n_layers=6, capture_layers=(1, 3, 5), moe=False, hidden=8, tokens=4,
-    seed=0, capture_op=None)`` returns a `msched.decoder.DecoderStack` with a new ``.gm`` on
-    every call; ``capture_op`` is an engine's own capture op (schema ``(Tensor(a!) dest,
-    Tensor src, int start, int end) -> ()``; default ``msched::inplace_slice_copy``).
+    seed=0, capture_op=None, tp=1, ep=1, microbatches=1, rank=None, group_name=None)``
+    returns a `msched.decoder.DecoderStack` with a new ``.gm`` on every call;
+    ``capture_op`` is an engine's own capture op (schema ``(Tensor(a!) dest, Tensor src,
+    int start, int end) -> ()``; default ``msched::inplace_slice_copy``); ``tp``, ``ep``
+    and ``microbatches`` build sharded stacks with functional collectives (run them on
+    ranks with ``msched_ranks``).
     """
     from msched.models.decoders import decoder_stack as build_decoder_stack
 
