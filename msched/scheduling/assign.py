@@ -92,6 +92,8 @@ class Assignment:
     lower_bound: float  # no schedule of the Dag beats it (`msched.analysis.bounds`)
     #: asynchronous collective -> (start, end) of its communication
     communication: Mapping[Node, tuple[float, float]] = field(default_factory=dict)
+    #: every collective, in the order they are issued (the original's)
+    collectives: tuple[Node, ...] = ()
 
 
 class _Lane:
@@ -247,7 +249,8 @@ def assign_streams(
         candidate = _forward_pass(dag, num_streams, cost, backward, comm)
         if candidate.makespan < best.makespan:
             best = candidate
-    return _assignment(dag, num_streams, cost, level, best, bound)
+    collectives = comm.collectives if comm is not None else ()
+    return _assignment(dag, num_streams, cost, level, best, bound, collectives)
 
 
 def _forward_pass(
@@ -284,6 +287,7 @@ def _assignment(
     level: dict[Node, float],
     placed: _Placed,
     bound: float,
+    collectives: tuple[Node, ...] = (),
 ) -> Assignment:
     return Assignment(
         num_streams=num_streams,
@@ -297,6 +301,7 @@ def _assignment(
         reasons=placed.reasons,
         lower_bound=bound,
         communication=placed.communication,
+        collectives=collectives,
     )
 
 
@@ -437,6 +442,7 @@ def serial_assignment(dag: Dag, cost_model: CostModel) -> Assignment:
         reasons=reasons,
         lower_bound=bound,
         communication=channels.spans if channels is not None else {},
+        collectives=comm.collectives if comm is not None else (),
     )
 
 
