@@ -80,7 +80,9 @@ def tp_stack(layers: int = 2, microbatches: int = 1) -> GraphModule:
     for i in range(layers):  # stage by stage, as two-batch overlap interleaves them
         for stage in (_attention, _mlp):
             for m in range(microbatches):
-                xs[m] = stage(b, f"{i}" if microbatches == 1 else f"{i}_{'ab'[m]}", xs[m], ws)
+                xs[m] = stage(
+                    b, f"{i}" if microbatches == 1 else f"{i}_{chr(ord('a') + m)}", xs[m], ws
+                )
     return b.module(*xs)
 
 
