@@ -109,6 +109,27 @@ class InductorInterfaceError(MschedError):
     this torch; the message names each one and the torch version."""
 
 
+class RankFailedError(MschedError):
+    """A rank of `msched.testing.ranks.run_on_ranks` raised, or died without a result; the
+    message names the rank and holds the child's traceback.  ``rank`` is its index and
+    ``child_traceback`` the traceback text (empty when the process died without one)."""
+
+    def __init__(self, message: str, *, rank: int, child_traceback: str = "") -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.child_traceback = child_traceback
+
+
+class RanksTimeoutError(MschedError):
+    """`msched.testing.ranks.run_on_ranks` ran past its timeout; every rank was killed.
+    ``ranks`` are the ranks that had not finished, ``timeout`` the limit in seconds."""
+
+    def __init__(self, message: str, *, ranks: tuple[int, ...], timeout: float) -> None:
+        super().__init__(message)
+        self.ranks = ranks
+        self.timeout = timeout
+
+
 class UsageError(MschedError):
     """A bad ``msched`` command-line argument found after parsing (exit status 2); the message
     names the option."""

@@ -11,13 +11,14 @@
   ``msched_scheduler`` and ``msched_dialect``: the scheduler, then `msched.verify` against a
   copy of the graph made before it ran (unless verification is off), counted and kept for
   dumps by the `MschedSession`;
-- ``graph_snapshot``: syrupy's ``snapshot`` with `ScheduledGraphExtension`.
+- ``graph_snapshot``: syrupy's ``snapshot`` with `ScheduledGraphExtension`;
+- ``msched_ranks``: `msched.testing.ranks.run_on_ranks`, a function on N CPU gloo ranks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from syrupy.assertion import SnapshotAssertion
@@ -83,9 +84,12 @@ def decoder_stack() -> Callable[..., DecoderStack]:
     """A factory of synthetic Eagle3 decoder stacks: `msched.decoder.decoder_stack`.
 
     ``decoder_stack(n_layers=6, capture_layers=(1, 3, 5), moe=False, hidden=8, tokens=4,
-    seed=0, capture_op=None)`` returns a `msched.decoder.DecoderStack` with a new ``.gm`` on
-    every call; ``capture_op`` is an engine's own capture op (schema ``(Tensor(a!) dest,
-    Tensor src, int start, int end) -> ()``; default ``msched::inplace_slice_copy``).
+    seed=0, capture_op=None, tp=1, ep=1, microbatches=1, rank=None, group_name=None)``
+    returns a `msched.decoder.DecoderStack` with a new ``.gm`` on every call;
+    ``capture_op`` is an engine's own capture op (schema ``(Tensor(a!) dest, Tensor src,
+    int start, int end) -> ()``; default ``msched::inplace_slice_copy``); ``tp``, ``ep``
+    and ``microbatches`` build sharded stacks with functional collectives (run them on
+    ranks with ``msched_ranks``).
     """
     from msched.models.decoders import decoder_stack as build_decoder_stack
 
@@ -158,3 +162,21 @@ def graph_snapshot(snapshot: SnapshotAssertion) -> SnapshotAssertion:
     ``assert sched == graph_snapshot`` (or ``assert gm == graph_snapshot``).
     """
     return snapshot.use_extension(ScheduledGraphExtension)
+
+
+@pytest.fixture
+def msched_ranks() -> Callable[..., list[Any]]:
+    """`msched.testing.ranks.run_on_ranks`: ``msched_ranks(fn, *args, world_size=2,
+    timeout=120.0, **kwargs)`` runs ``fn(rank, world_size, *args, **kwargs)`` on
+    ``world_size`` CPU processes joined in one gloo group (127.0.0.1, a free port) and
+    returns each rank's result in rank order.
+
+    ``fn`` is a module-level function of the test module (the ranks import it).  A rank that
+    raises fails the test with `msched.RankFailedError` (the rank and its traceback); ranks
+    still running after ``timeout`` seconds (a collective some rank never joined) are killed
+    and fail it with `msched.RanksTimeoutError`.  Use it under
+    ``@pytest.mark.multistream`` to run a sharded schedule on every rank.
+    """
+    from msched.testing.ranks import run_on_ranks
+
+    return run_on_ranks

@@ -24,6 +24,12 @@ cost more time than scheduling).  Their sums are exact when the costs take at mo
 values (the table model's do); otherwise each cost is rounded down to one of `LEVELS` levels
 first, which keeps the sums at or below the true ones.  The bound never exceeds the optimum:
 each term is a time some part of the work needs in every schedule.
+
+With communication (`msched.analysis.communication`) the costs are what each node holds its
+stream for (an asynchronous collective's issue holds it for nothing), so the totals count
+compute only; the paths count a collective's communication time between it and its waits (a
+latency, not work); and each process group adds a term of its own: its waited communications
+run one after another, after the first of them is issued and before a wait of the last ends.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ import math
 from collections.abc import Sequence
 
 from torch.fx import Node
+
+from msched.analysis.communication import Communication
 
 #: The largest Dag whose per-node bound is computed (see the module docstring).
 EXACT_LIMIT = 2048
@@ -46,6 +54,7 @@ def makespan_lower_bound(
     num_streams: int,
     reached: float = math.inf,
     critical: float | None = None,
+    comm: Communication | None = None,
 ) -> float:
     """The lower bound of the module docstring for ``nodes`` (a topological order) whose
     dependencies are ``preds`` and whose costs are ``cost``, on ``num_streams`` streams.
@@ -55,17 +64,22 @@ def makespan_lower_bound(
     term lies between it and the schedule's makespan) and the per-node term is skipped.
     ``critical`` is the critical path when the caller has it (the longest bottom level):
     then the longest paths through each node are computed only for the per-node term.
+    ``comm`` is the graph's communication, whose times the paths count (``cost`` then holds
+    what each node holds its stream for: see the module docstring).
     """
     total = sum(cost[n] for n in nodes)
     paths = None
-    if critical is None:
-        paths = _paths(nodes, preds, cost)
+    if critical is None or comm is not None:
+        paths = _paths(nodes, preds, cost, comm)
         head, tail = paths
-        critical = max((head[n] + cost[n] + tail[n] for n in nodes), default=0.0)
+        if critical is None:
+            critical = max((head[n] + cost[n] + tail[n] for n in nodes), default=0.0)
     bound = max(critical, total / num_streams)
+    if comm is not None and paths is not None:
+        bound = max(bound, _channel_bound(comm, cost, *paths))
     if num_streams == 1 or len(nodes) > EXACT_LIMIT or bound >= reached:
         return bound
-    head, tail = paths or _paths(nodes, preds, cost)
+    head, tail = paths or _paths(nodes, preds, cost, comm)
     before, after = _work_around(nodes, preds, cost)
     k = float(num_streams)
     for n in nodes:
@@ -76,19 +90,58 @@ def makespan_lower_bound(
 
 
 def _paths(
-    nodes: Sequence[Node], preds: dict[Node, dict[Node, int]], cost: dict[Node, float]
+    nodes: Sequence[Node],
+    preds: dict[Node, dict[Node, int]],
+    cost: dict[Node, float],
+    comm: Communication | None = None,
 ) -> tuple[dict[Node, float], dict[Node, float]]:
-    """``head`` and ``tail`` of every node (longest paths before and after it)."""
+    """``head`` and ``tail`` of every node (longest paths before and after it; from a
+    collective to its waits, its communication time too)."""
     head: dict[Node, float] = {}
     tail = dict.fromkeys(nodes, 0.0)
+    lag = comm.lag if comm is not None else _no_lag
     for n in nodes:
         head[n] = max((head[p] + cost[p] for p in preds[n]), default=0.0)
+        waits = lag(n)
+        if waits is not None and waits[0] in head:
+            issued, time = waits
+            head[n] = max(head[n], head[issued] + cost[issued] + time)
     for n in reversed(nodes):
         after = tail[n] + cost[n]
         for p in preds[n]:
             if after > tail[p]:
                 tail[p] = after
+        waits = lag(n)
+        if waits is not None and waits[0] in tail:
+            issued, time = waits
+            tail[issued] = max(tail[issued], after + time)
     return head, tail
+
+
+def _no_lag(node: Node) -> None:
+    return None
+
+
+def _channel_bound(
+    comm: Communication, cost: dict[Node, float], head: dict[Node, float], tail: dict[Node, float]
+) -> float:
+    """Per process group, the earliest issue of a waited collective, plus their communication
+    times (one channel runs them one at a time), plus the shortest rest after a wait of
+    one of them; the largest over the groups."""
+    after: dict[Node, float] = {}
+    for wait, issued in comm.waits.items():
+        if wait in tail and issued in head:
+            rest = cost[wait] + tail[wait]
+            after[issued] = min(after.get(issued, rest), rest)
+    groups: dict[object, list[Node]] = {}
+    for issued in after:
+        groups.setdefault(comm.channel[issued], []).append(issued)
+    bound = 0.0
+    for members in groups.values():
+        first = min(head[c] + cost[c] for c in members)
+        last = min(after[c] for c in members)
+        bound = max(bound, first + sum(comm.time[c] for c in members) + last)
+    return bound
 
 
 def _work_around(

@@ -5,9 +5,11 @@ other); the cost table and the pictures both classify by it.  `DefaultCostModel`
 that needs nothing but the op: matmul-like ops (attention included) 10, MoE-like ops 20,
 views / ``getitem`` / symbolic-int nodes / metadata reads (``x.shape``, ``x.size()``) 0,
 everything else 1; ``call_module`` nodes by their module's type (``nn.Linear`` and
-``nn.Conv*`` are matmuls, whatever their path is called).  `RooflineCostModel` estimates
-microseconds from shapes (``meta["val"]`` or ``meta["tensor_meta"]``: FLOPs against bytes
-moved, weights included for modules) and falls back to the table where shapes are missing.
+``nn.Conv*`` are matmuls, whatever their path is called); a collective its communication
+time ``comm`` (30), a ``wait_tensor`` 0.  `RooflineCostModel` estimates microseconds from
+shapes (``meta["val"]`` or ``meta["tensor_meta"]``: FLOPs against bytes moved, weights
+included for modules; a collective's bytes over a link bandwidth plus a latency) and falls
+back to the table where shapes are missing.
 Any object with ``cost(node) -> float`` is a cost model; whoever calls it passes each value
 through `checked_cost`, so a cost that is not a finite, non-negative real number is an
 `msched.InvalidArgumentError` naming the node, the value and the model, not a ``ValueError``
@@ -27,6 +29,7 @@ from torch.fx import Node
 
 from msched._torch_internals import OpOverload, OpOverloadPacket, qualified_name, schema_of
 from msched.analysis._modules import called_module, module_kind, module_work, weight_bytes
+from msched.analysis.collectives import collective_of, is_wait
 from msched.analysis.effects import _VIEW_NAMES, _node_info, _op_info
 from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidArgumentError
@@ -70,6 +73,16 @@ def checked_cost(model: object, node: Node, value: object) -> float:
 def lower_bound(critical_path: float, total_cost: float, num_streams: int) -> float:
     """No schedule beats ``max(critical path, total cost / streams)``."""
     return max(critical_path, total_cost / num_streams)
+
+
+def _setting(name: str, value: object, positive: bool = False) -> float:
+    """A cost model's numeric setting as a float, or `msched.InvalidArgumentError`."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    number = float(value) if ok else math.nan  # type: ignore[arg-type]
+    if not (0.0 < number if positive else 0.0 <= number) or number == _INF:
+        kind = "positive" if positive else "non-negative"
+        raise InvalidArgumentError(f"{name} must be a finite, {kind} number, got {value!r}")
+    return number
 
 
 def check_cost_model(cost_model: object) -> None:
@@ -174,7 +187,18 @@ def _is_free(node: Node) -> bool:
 
 class DefaultCostModel:
     """The table model by `op_category`: matmul-like and attention 10, MoE-like 20,
-    views/getitem/symint/metadata reads and modules that run no kernel 0, else 1."""
+    views/getitem/symint/metadata reads and modules that run no kernel 0, else 1.
+
+    A collective (`msched.analysis.collectives`: PyTorch's functional collectives and ops
+    declared with `msched.register_collective`) costs ``comm``, `COMM` (30) unless given:
+    how long its communication runs (for an asynchronous one, off the streams:
+    `msched.analysis.communication`).  A ``wait_tensor`` costs 0: it only makes its stream
+    wait.  Why 30, three matmuls: a tensor-parallel all-reduce of a layer's
+    activations over NVLink takes about as long as two to four of that layer's GEMMs on
+    each rank (Llama-70B on 8 H100s: about 250 us against 70 us for the sharded output
+    projection of 4096 tokens), so communication is worth overlapping and no single matmul
+    hides it.
+    """
 
     TABLE = {
         "moe": 20.0,
@@ -183,9 +207,12 @@ class DefaultCostModel:
         "capture / in-place": 1.0,
         "other": 1.0,
     }
+    #: What a collective costs unless ``comm`` is given (see the class docstring).
+    COMM = 30.0
 
-    def __init__(self) -> None:
+    def __init__(self, comm: float | None = None) -> None:
         self._by_target: dict[Any, float] = {}
+        self.comm = self.COMM if comm is None else _setting("comm", comm)
 
     def cost(self, node: Node) -> float:
         key: tuple[Any, ...] = (node.op, node.target)
@@ -193,12 +220,20 @@ class DefaultCostModel:
             key = (*key, type(called_module(node)))
         value = self._by_target.get(key)
         if value is None:
-            free = _free_target(node)
-            value = 0.0 if free else self.TABLE[op_category(node)]
+            value = self._table_cost(node)
             self._by_target[key] = value
         if value and node.meta and _symbolic_value(node):
             return 0.0
         return value
+
+    def _table_cost(self, node: Node) -> float:
+        """The cost of every call of ``node``'s target (whether it is a collective or a
+        wait depends on the target alone)."""
+        if _free_target(node) or is_wait(node):
+            return 0.0
+        if collective_of(node) is not None:
+            return self.comm
+        return self.TABLE[op_category(node)]
 
 
 class RooflineCostModel:
@@ -214,6 +249,14 @@ class RooflineCostModel:
     output shape takes it from its input's.  The defaults are roughly one H100 in bf16; pass
     your own peak numbers for other parts.  Nodes without shapes fall back to
     `DefaultCostModel`; metadata reads and views cost 0.
+
+    A collective costs ``link_latency_us + payload / link_bandwidth``: the payload is the
+    larger of its tensor input and its result in bytes (all-gather's result, reduce-scatter's
+    input), and ``link_bandwidth`` is in bytes of that payload per second -- the algorithm
+    bandwidth (``algbw``) that ``nccl-tests`` reports, which already folds in how many times
+    the ring or tree moves each byte.  The defaults, 200e9 bytes/s and 10 us, are about an
+    all-reduce of a few MB among 8 H100s over NVLink; give the numbers of your own link
+    (InfiniBand between nodes is several times slower).  A ``wait_tensor`` costs 0.
     """
 
     def __init__(
@@ -221,13 +264,22 @@ class RooflineCostModel:
         peak_flops: float = 989e12,
         bandwidth: float = 3.35e12,
         launch_us: float = 2.0,
+        link_bandwidth: float = 200e9,
+        link_latency_us: float = 10.0,
     ) -> None:
         self.peak_flops = peak_flops
         self.bandwidth = bandwidth
         self.launch_us = launch_us
+        self.link_bandwidth = _setting("link_bandwidth", link_bandwidth, positive=True)
+        self.link_latency_us = _setting("link_latency_us", link_latency_us)
         self._fallback = DefaultCostModel()
 
     def cost(self, node: Node) -> float:
+        if node.op == "call_function":
+            if is_wait(node):
+                return 0.0
+            if collective_of(node) is not None:
+                return self._collective_cost(node)
         if _is_free(node):
             return 0.0
         module = called_module(node)
@@ -254,6 +306,15 @@ class RooflineCostModel:
         moved = weight_bytes(module) + _bytes(out) + sum(map(_bytes, inputs))
         return self._time(module_work(module, node, out, inputs), moved)
 
+    def _collective_cost(self, node: Node) -> float:
+        result = _tensor_bytes(node.meta.get("val"))
+        found = [_tensor_bytes(n.meta.get("val")) for n in node.all_input_nodes]
+        inputs = [b for b in found if b is not None]
+        if result is None and not inputs:
+            return self._fallback.cost(node)
+        payload = max(result or 0.0, sum(inputs))
+        return self.link_latency_us + payload / self.link_bandwidth * 1e6
+
     def _time(self, flops: float, moved: float) -> float:
         seconds = max(flops / self.peak_flops, moved / self.bandwidth)
         return seconds * 1e6 + self.launch_us
@@ -274,6 +335,16 @@ def _shape_of(node: Node) -> _Shape | None:
     if shape is None or not isinstance(dtype, torch.dtype):
         return None
     return tuple(_static(d) for d in shape), dtype.itemsize
+
+
+def _tensor_bytes(val: Any) -> float | None:
+    """Bytes of a tensor, or of the tensors of a list or tuple; None when there are none."""
+    if isinstance(val, torch.Tensor):
+        return _bytes((tuple(_static(d) for d in val.shape), val.element_size()))
+    if isinstance(val, (list, tuple)):
+        found = [b for b in map(_tensor_bytes, val) if b is not None]
+        return sum(found) if found else None
+    return None
 
 
 def _bytes(shape: _Shape) -> float:

@@ -15,6 +15,9 @@ Layer ``i`` of the stack (0-based; the last layer can be captured) is:
 RMSNorm → q/k/v projections → attention into a buffer → o projection → residual add →
 RMSNorm → MLP (or MoE: routed experts ∥ shared expert) → residual add → optional capture
 of the hidden state into slice ``j`` of the capture buffer ``dest`` (a graph input).
+
+Sharded stacks (``tp=``, ``ep=``, ``microbatches=``) add ``torch.distributed``'s functional
+collectives as Dynamo traces them: `msched.models.parallel`.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from msched._lazy import lazy_graph_module
 from msched._torch_internals import FunctionSchema, OpOverload, OpOverloadPacket, schema_of
 from msched.errors import InvalidArgumentError
 from msched.limits import positive_int
+from msched.models.parallel import Sharding, all_reduce, expert_parallel_moe, shard, sharding
 from msched.models.reference_ops import attention, inplace_slice_copy, moe_experts  # noqa: F401
 
 aten = torch.ops.aten
@@ -132,13 +136,36 @@ class DecoderStack:
     layer_of: Mapping[str, int]
     _build_reference: Callable[[], GraphModule] = field(repr=False, compare=False)
     _reference_gm: GraphModule | None = field(default=None, init=False, repr=False, compare=False)
+    sharding: Sharding = field(default_factory=Sharding)
+    microbatches: int = 1
+    _build_unsharded: Callable[[], GraphModule] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def example_inputs(self) -> tuple[Tensor, Tensor]:
-        """Fresh CPU inputs in placeholder order: hidden states ``x`` and a zeroed ``dest``."""
-        g = torch.Generator().manual_seed(self.seed + 1)
-        x = torch.randn(self.tokens, self.hidden, generator=g)
-        dest = torch.zeros(self.tokens, self.hidden * len(self.capture_layers))
+        """Fresh CPU inputs in placeholder order: hidden states ``x`` and a zeroed ``dest``,
+        ``microbatches * tokens`` rows each.  The same on every rank, except with ``ep > 1``,
+        where each rank has tokens of its own (drawn from ``seed + 1 + rank``)."""
+        offset = self.sharding.rank if self.sharding.ep > 1 else 0
+        g = torch.Generator().manual_seed(self.seed + 1 + offset)
+        rows = self.tokens * self.microbatches
+        x = torch.randn(rows, self.hidden, generator=g)
+        dest = torch.zeros(rows, self.hidden * len(self.capture_layers))
         return x, dest
+
+    def unsharded_reference(self) -> tuple[Tensor, Tensor]:
+        """Output and capture buffer of the unsharded stack (``tp=1, ep=1`` and the same
+        seed, so the same full weights) on `example_inputs`, one micro-batch at a time: what
+        the sharded graph must compute on this rank.  Needs no process group."""
+        if self._build_unsharded is None:
+            return self.reference()
+        plain = self._build_unsharded()
+        x, dest = self.example_inputs()
+        outs = []
+        for m in range(self.microbatches):
+            rows = slice(m * self.tokens, (m + 1) * self.tokens)
+            outs.append(plain(x[rows], dest[rows]))
+        return torch.cat(outs), dest
 
     def reference(self) -> tuple[Tensor, Tensor]:
         """Output and capture buffer of the unscheduled graph on `example_inputs`."""
@@ -158,7 +185,12 @@ class _Builder:
     """Appends the nodes of one decoder stack to an FX graph (one method per block)."""
 
     def __init__(
-        self, hidden: int, seed: int, capture_kwargs: bool, capture_op: OpOverload
+        self,
+        hidden: int,
+        seed: int,
+        capture_kwargs: bool,
+        capture_op: OpOverload,
+        shards: Sharding,
     ) -> None:
         self.graph = Graph()
         self.root = nn.Module()
@@ -166,15 +198,24 @@ class _Builder:
         self.gen = torch.Generator().manual_seed(seed)
         self.capture_kwargs = capture_kwargs
         self.capture_op = capture_op
+        self.shards = shards
+        self.drawn: dict[str, Node] = {}  # micro-batches share the weights
 
-    def weight(self, name: str, *shape: int) -> Node:
+    def weight(self, name: str, *shape: int, dim: int = 0, parts: int = 1) -> Node:
+        """The weight ``name``, drawn in full from the seed; this rank's block ``parts`` of
+        it along ``dim`` when ``parts > 1``."""
+        if name in self.drawn:
+            return self.drawn[name]
         scale = 1.0 / math.sqrt(shape[-2] if len(shape) > 1 else 1.0)
         if len(shape) == 1:
             value = 1.0 + 0.1 * torch.randn(*shape, generator=self.gen)
         else:
             value = torch.randn(*shape, generator=self.gen) * scale
+        if parts > 1:
+            value = shard(value, dim, parts, self.shards.rank)
         self.root.register_buffer(name, value)
-        return self.graph.get_attr(name)
+        self.drawn[name] = self.graph.get_attr(name)
+        return self.drawn[name]
 
     def op(self, target: object, *args: object, **kwargs: object) -> Node:
         return self.graph.call_function(target, args, kwargs)  # type: ignore[arg-type]
@@ -185,27 +226,43 @@ class _Builder:
         r = self.op(aten.rsqrt.default, self.op(aten.add.Scalar, ms, 1e-6))
         return self.op(aten.mul.Tensor, self.op(aten.mul.Tensor, h, r), w)
 
-    def linear(self, x: Node, name: str, d_in: int, d_out: int) -> Node:
-        return self.op(aten.mm.default, x, self.weight(name, d_in, d_out))
+    def linear(self, x: Node, name: str, d_in: int, d_out: int, dim: int = 0) -> Node:
+        """``x @ W``; with ``tp > 1`` W's block of columns (``dim=1``) or rows (``dim=0``,
+        the partial sum row-parallel linears all-reduce)."""
+        tp = self.shards.tp
+        return self.op(aten.mm.default, x, self.weight(name, d_in, d_out, dim=dim, parts=tp))
+
+    def reduced(self, partial: Node) -> Node:
+        """A row-parallel product summed over the ranks (itself when not sharded)."""
+        return partial if self.shards.tp == 1 else all_reduce(self, partial)
 
     def attention_block(self, h: Node, i: int) -> Node:
         hn = self.rms_norm(h, f"l{i}_ln1")
-        q, k, v = (self.linear(hn, f"l{i}_w{p}", self.hidden, self.hidden) for p in "qkv")
-        buf = self.op(aten.empty_like.default, q)
+        q, k = (
+            self.op(aten.mm.default, hn, self.weight(f"l{i}_w{p}", *[self.hidden] * 2))
+            for p in "qk"
+        )
+        v = self.linear(hn, f"l{i}_wv", self.hidden, self.hidden, 1)  # whole q, k: one head
+        buf = self.op(aten.empty_like.default, q if self.shards.tp == 1 else v)
         self.op(torch.ops.msched.attention.default, q, k, v, buf)
-        return self.op(aten.add.Tensor, h, self.linear(buf, f"l{i}_wo", self.hidden, self.hidden))
+        projected = self.reduced(self.linear(buf, f"l{i}_wo", self.hidden, self.hidden))
+        return self.op(aten.add.Tensor, h, projected)
 
     def mlp(self, x: Node, prefix: str) -> Node:
         ffn = 2 * self.hidden
-        gate = self.linear(x, f"{prefix}_wg", self.hidden, ffn)
-        up = self.linear(x, f"{prefix}_wu", self.hidden, ffn)
+        gate = self.linear(x, f"{prefix}_wg", self.hidden, ffn, 1)
+        up = self.linear(x, f"{prefix}_wu", self.hidden, ffn, 1)
         act = self.op(aten.mul.Tensor, self.op(aten.silu.default, gate), up)
-        return self.linear(act, f"{prefix}_wd", ffn, self.hidden)
+        return self.reduced(self.linear(act, f"{prefix}_wd", ffn, self.hidden))
 
     def ffn_block(self, h: Node, i: int, moe: bool) -> Node:
         hn = self.rms_norm(h, f"l{i}_ln2")
         if not moe:
             return self.op(aten.add.Tensor, h, self.mlp(hn, f"l{i}"))
+        if self.shards.ep > 1:
+            routed = expert_parallel_moe(self, hn, i)
+            shared = self.mlp(hn, f"l{i}_shared")
+            return self.op(aten.add.Tensor, self.op(aten.add.Tensor, h, routed), shared)
         experts, ffn = 4, 2 * self.hidden
         routed = self.op(
             torch.ops.msched.moe_experts.default,
@@ -218,26 +275,34 @@ class _Builder:
         return self.op(aten.add.Tensor, self.op(aten.add.Tensor, h, routed), shared)
 
     def layers(
-        self, h: Node, dest: Node, n_layers: int, capture_layers: tuple[int, ...], moe: bool
-    ) -> tuple[Node, list[Node], dict[str, int]]:
-        """Append ``n_layers`` layers after hidden state ``h``: the last hidden state, the
-        captures, and the layer of every node appended (by name)."""
+        self,
+        hs: list[Node],
+        dests: list[Node],
+        n_layers: int,
+        capture_layers: tuple[int, ...],
+        moe: bool,
+    ) -> tuple[list[Node], list[Node], dict[str, int]]:
+        """Append ``n_layers`` layers after the hidden state ``hs[m]`` of each micro-batch
+        ``m`` (layer by layer, micro-batch after micro-batch; each captures into
+        ``dests[m]``): the last hidden states, the captures, and the layer of every node
+        appended (by name)."""
         captures: list[Node] = []
         bounds = []  # [first, end) positions of each layer's nodes in the graph
         for i in range(n_layers):
             first = len(self.graph.nodes)
-            h = self.ffn_block(self.attention_block(h, i), i, moe)
-            if i in capture_layers:
-                captures.append(self.capture(dest, h, capture_layers.index(i), i))
+            for m, h in enumerate(hs):
+                hs[m] = self.ffn_block(self.attention_block(h, i), i, moe)
+                if i in capture_layers:
+                    name = f"capture_{i}" if len(hs) == 1 else f"mb{m}_capture_{i}"
+                    captures.append(self.capture(dests[m], hs[m], capture_layers.index(i), name))
             bounds.append((first, len(self.graph.nodes)))
         nodes = list(self.graph.nodes)
         layer_of = {n.name: i for i, (lo, hi) in enumerate(bounds) for n in nodes[lo:hi]}
-        return h, captures, layer_of
+        return hs, captures, layer_of
 
-    def capture(self, dest: Node, h: Node, j: int, layer: int) -> Node:
+    def capture(self, dest: Node, h: Node, j: int, name: str) -> Node:
         start, end = j * self.hidden, (j + 1) * self.hidden
         op = self.capture_op
-        name = f"capture_{layer}"
         if self.capture_kwargs:  # by the op's own names
             kwargs: dict[str, Any] = dict(
                 zip(capture_argument_names(op), (dest, h, start, end), strict=True)
@@ -278,6 +343,11 @@ def decoder_stack(
     seed: int = 0,
     capture_kwargs: bool = True,
     capture_op: object = None,
+    tp: int = 1,
+    ep: int = 1,
+    microbatches: int = 1,
+    rank: int | None = None,
+    group_name: str | None = None,
 ) -> DecoderStack:
     """Build a synthetic decoder stack as an FX graph (see the module docstring).
 
@@ -292,20 +362,34 @@ def decoder_stack(
     ``torch.ops.<ns>.inplace_slice_copy.default`` (`capture_overload` says what it accepts;
     arguments of other kinds or in another order are an `msched.InvalidArgumentError`).
     ``.captures`` are its nodes and ``.reference()`` runs it.
+
+    Sharded stacks (`msched.models.parallel` says how the weights are cut); the defaults
+    build the unsharded graph above, unchanged:
+
+    - ``tp``: tensor parallel over ``tp`` ranks, an all-reduce (``_c10d_functional.all_reduce``
+      then ``wait_tensor``) after each layer's ``o`` projection and MLP down projection;
+    - ``ep`` (with ``moe=True``): expert parallel, the routed experts behind an
+      ``all_to_all_single`` dispatch and combine, the shared expert beside them;
+    - ``microbatches``: that many independent micro-batches of ``tokens`` rows each, cut from
+      ``x`` (and ``dest``) by rows and run layer by layer, each with its own collectives;
+      the output is theirs concatenated;
+    - ``rank`` (default: this process's rank in the default group, else 0) picks the
+      shard, ``group_name`` (default: the default group's name, ``"0"``) is the group the
+      collectives name.  Building needs no process group; running a sharded stack needs
+      one of ``tp`` (or ``ep``) ranks, all running the graph.
+
+    ``.unsharded_reference()`` is what the graph must compute on this rank, without a group.
     """
     capture_layers = tuple(capture_layers)
     _check_stack_args(n_layers, capture_layers, hidden, tokens)
-    build = functools.partial(
-        _build,
-        n_layers,
-        capture_layers,
-        moe,
-        hidden,
-        seed,
-        capture_kwargs,
-        capture_overload(capture_op),
-    )
+    positive_int(microbatches, "microbatches")
+    shards = sharding(tp, ep, moe, hidden, tokens, rank, group_name)
+    op = capture_overload(capture_op)
+    args = (n_layers, capture_layers, moe, hidden, seed, capture_kwargs, op)
+    build = functools.partial(_build, *args, shards, microbatches)
     gm, dest, captures, layer_of = build("DecoderStack")
+    plain = functools.partial(_build, *args, Sharding(tokens=tokens), 1, "DecoderStackUnsharded")
+    unsharded = shards.degree > 1 or microbatches > 1
     return DecoderStack(
         gm=gm,
         dest=dest,
@@ -317,6 +401,9 @@ def decoder_stack(
         seed=seed,
         layer_of=layer_of,
         _build_reference=lambda: build("DecoderStackReference")[0],
+        sharding=shards,
+        microbatches=microbatches,
+        _build_unsharded=(lambda: plain()[0]) if unsharded else None,
     )
 
 
@@ -328,17 +415,32 @@ def _build(
     seed: int,
     capture_kwargs: bool,
     capture_op: OpOverload,
+    shards: Sharding,
+    microbatches: int,
     class_name: str,
 ) -> tuple[GraphModule, Node, list[Node], dict[str, int]]:
     """The module of one stack (its code not generated yet), ``dest``, captures, layers.
 
     Deterministic: the same arguments give the same graph, names and weights."""
-    b = _Builder(hidden, seed, capture_kwargs, capture_op)
-    h = b.graph.placeholder("x")
+    b = _Builder(hidden, seed, capture_kwargs, capture_op, shards)
+    x = b.graph.placeholder("x")
     dest = b.graph.placeholder("dest")
-    h, captures, layer_of = b.layers(h, dest, n_layers, capture_layers, moe)
-    b.graph.output(b.rms_norm(h, "final_ln"))
+    hs, dests = _micro_batches(b, x, dest, microbatches)
+    hs, captures, layer_of = b.layers(hs, dests, n_layers, capture_layers, moe)
+    outs = [b.rms_norm(h, "final_ln") for h in hs]
+    b.graph.output(outs[0] if len(outs) == 1 else b.op(aten.cat.default, outs, 0))
     return lazy_graph_module(b.root, b.graph, class_name), dest, captures, layer_of
+
+
+def _micro_batches(
+    b: _Builder, x: Node, dest: Node, microbatches: int
+) -> tuple[list[Node], list[Node]]:
+    """The rows of ``x`` and ``dest`` of each micro-batch (themselves for one)."""
+    if microbatches == 1:
+        return [x], [dest]
+    rows = [(m * b.shards.tokens, (m + 1) * b.shards.tokens) for m in range(microbatches)]
+    hs = [b.op(aten.slice.Tensor, x, 0, lo, hi) for lo, hi in rows]
+    return hs, [b.op(aten.slice.Tensor, dest, 0, lo, hi) for lo, hi in rows]
 
 
 class RMSNorm(nn.Module):

@@ -10,12 +10,14 @@ The graph is read with `msched.proof._interpreter.interpret` and ordered by
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from torch.fx import Graph, GraphModule, Node
 
 from msched.analysis._graphcheck import check_acyclic
 from msched.analysis.bounds import makespan_lower_bound
+from msched.analysis.communication import Channels, Communication, split_communication
 from msched.analysis.cost import CostModel, DefaultCostModel, check_cost_model, checked_cost
 from msched.analysis.dag import host_order_dependencies
 from msched.analysis.effects import compute_effects
@@ -35,6 +37,10 @@ class Timeline:
     is `msched.analysis.bounds.makespan_lower_bound` (critical path, total / streams, and the
     work before and after each node) over the dependencies of the host order
     (`msched.analysis.dag.host_order_dependencies`).
+
+    An asynchronous collective starts and ends at its issue; ``communication`` holds
+    ``(start, end)`` of its communication (`msched.analysis.communication`), and
+    ``total_cost`` counts what holds a stream, not the communication.
     """
 
     nodes: tuple[Node, ...]
@@ -46,6 +52,7 @@ class Timeline:
     critical_path: float
     total_cost: float
     lower_bound: float
+    communication: Mapping[Node, tuple[float, float]] = field(default_factory=dict)
 
     def intervals(self) -> list[tuple[Node, int, float, float]]:
         """``(node, stream, start, end)`` for every node, sorted by start, then stream."""
@@ -63,7 +70,11 @@ def simulate(
     A compute node starts when everything it directly happens after has ended
     (`msched.proof.clocks.Clocks.predecessors`: the previous node of its stream and what its
     waits observe; a wait on an unrecorded event waits for nothing) and ends ``cost`` later.
-    ``output`` is reached when its own predecessors have ended.
+    ``output`` is reached when its own predecessors have ended.  Communication runs as
+    `msched.analysis.communication` says: an asynchronous collective holds its stream for
+    nothing and starts its communication at its issue, after the communication its process
+    group has issued before; a ``wait_tensor`` starts once the communication it waits for
+    has ended.
 
     Raises `msched.InvalidGraphError` for a cyclic graph and `msched.InvalidArgumentError`
     for a cost model without ``cost(node)`` or one that gives a bad cost.
@@ -74,6 +85,9 @@ def simulate(
     model = cost_model or DefaultCostModel()
     clocks = clocks_of(interpret(graph, dialect))
     output = clocks.output
+    order = [n for n in clocks.predecessors if n is not output]
+    cost, comm = split_communication(order, {n: _cost(model, n) for n in order})
+    channels = Channels(comm) if comm is not None else None
     start: dict[Node, float] = {}
     end: dict[Node, float] = {}
     reached = 0.0
@@ -81,14 +95,19 @@ def simulate(
         ready = max((end[p] for p in preds), default=0.0)
         if node is output:
             reached = ready
-        else:
-            start[node], end[node] = ready, ready + _cost(model, node)
+            continue
+        if channels is not None:
+            ready = max(ready, channels.release(node))
+            if node in channels.comm.time:
+                channels.issue(node, ready)
+        start[node], end[node] = ready, ready + cost[node]
     nodes = tuple(end)
     stream = {n: clocks.stamp[n].stream for n in nodes}
     makespan = max([reached, *end.values()])
-    critical, total, bound = _bounds(graph, clocks, nodes, model, makespan)
+    critical, total, bound = _bounds(graph, clocks, nodes, cost, comm, makespan)
     k = clocks.num_streams
-    return Timeline(nodes, stream, start, end, k, makespan, critical, total, bound)
+    spans = channels.spans if channels is not None else {}
+    return Timeline(nodes, stream, start, end, k, makespan, critical, total, bound, spans)
 
 
 def _cost(model: CostModel, node: Node) -> float:
@@ -96,11 +115,16 @@ def _cost(model: CostModel, node: Node) -> float:
 
 
 def _bounds(
-    graph: Graph, clocks: Clocks, nodes: tuple[Node, ...], model: CostModel, makespan: float
+    graph: Graph,
+    clocks: Clocks,
+    nodes: tuple[Node, ...],
+    node_cost: dict[Node, float],
+    comm: Communication | None,
+    makespan: float,
 ) -> tuple[float, float, float]:
     """Longest cost path over the host-order dependencies, the total cost and the lower
     bound on the makespan over those dependencies (``makespan``, the timeline's, is one
-    schedule of them)."""
+    schedule of them); ``node_cost`` holds what each node holds its stream for."""
     output = clocks.output
     order = [n for n in clocks.order if n.op in INPUT_OPS]
     order += [*nodes, output]
@@ -109,8 +133,12 @@ def _bounds(
     finish: dict[Node, float] = {}
     cost: dict[Node, float] = {}
     for node in order:
-        c = 0.0 if node.op in INPUT_OPS or node is output else _cost(model, node)
+        c = 0.0 if node.op in INPUT_OPS or node is output else node_cost[node]
         cost[node] = c
-        finish[node] = c + max((finish[d] for d in preds[node]), default=0.0)
-    bound = makespan_lower_bound(order, preds, cost, clocks.num_streams, makespan)
+        ready = max((finish[d] for d in preds[node]), default=0.0)
+        lag = comm.lag(node) if comm is not None else None
+        if lag is not None and lag[0] in finish:
+            ready = max(ready, finish[lag[0]] + lag[1])
+        finish[node] = c + ready
+    bound = makespan_lower_bound(order, preds, cost, clocks.num_streams, makespan, comm=comm)
     return max(finish.values(), default=0.0), sum(cost.values()), bound

@@ -16,13 +16,14 @@ import heapq
 import operator
 from bisect import bisect_right
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import compress, repeat
 from typing import NamedTuple
 
 from torch.fx import Node
 
 from msched.analysis.bounds import makespan_lower_bound
+from msched.analysis.communication import Channels, Communication, split_communication
 from msched.analysis.cost import CostModel, checked_cost
 from msched.analysis.dag import Dag
 from msched.analysis.nodes import INPUT_OPS
@@ -74,6 +75,9 @@ class Assignment:
     ``order`` lists the compute nodes (not placeholders, ``get_attr`` or ``output``) sorted
     by `emission_order`, a topological order of the `Dag` in which every stream's nodes run
     back to back as assigned.  ``reasons`` holds the `Placement` of every node of the Dag.
+    With collectives (`msched.analysis.communication`), an asynchronous collective starts
+    and finishes at its issue, ``communication`` holds when its communication runs, and
+    ``total_cost`` counts what holds a stream (not the communication).
     """
 
     num_streams: int
@@ -86,6 +90,10 @@ class Assignment:
     total_cost: float
     reasons: Mapping[Node, Placement]
     lower_bound: float  # no schedule of the Dag beats it (`msched.analysis.bounds`)
+    #: asynchronous collective -> (start, end) of its communication
+    communication: Mapping[Node, tuple[float, float]] = field(default_factory=dict)
+    #: every collective, in the order they are issued (the original's)
+    collectives: tuple[Node, ...] = ()
 
 
 class _Lane:
@@ -104,7 +112,8 @@ class _Lane:
         self.gaps: list[float] = []
 
     def earliest(self, est: float, cost: float) -> float:
-        """Earliest start >= ``est`` of an idle gap at least ``cost`` (> 0) long."""
+        """Earliest start >= ``est`` of an idle gap at least ``cost`` (>= 0) long; for 0,
+        ``est`` or the end of the block running at ``est``."""
         starts, ends = self.starts, self.ends
         i = bisect_right(ends, est)
         n = len(starts)
@@ -114,6 +123,20 @@ class _Lane:
         # the block before it; none: the stream's end.
         fits = map(operator.ge, self.gaps[i + 1 :], repeat(cost))
         return ends[next(compress(range(i, n), fits), n - 1)]
+
+    def mark(self, at: float) -> None:
+        """Keep ``at`` out of every later block: a zero-length block there, unless a block
+        already starts or ends at ``at``.  A wait that is not issued at the end of a block
+        needs it, or a node inserted later could run across it (and so before it)."""
+        starts, ends, gaps = self.starts, self.ends, self.gaps
+        i = bisect_right(starts, at)
+        if (i and ends[i - 1] >= at) or (i < len(starts) and starts[i] == at):
+            return
+        starts.insert(i, at)
+        ends.insert(i, at)
+        gaps.insert(i, at - ends[i - 1] if i else 0.0)
+        if i + 1 < len(starts):
+            gaps[i + 1] = starts[i + 1] - at
 
     def occupy(self, start: float, end: float) -> None:
         if end <= start:
@@ -140,8 +163,13 @@ class _Lane:
                 gaps[i + 1] = starts[i + 1] - end
 
 
-def bottom_levels(dag: Dag, cost: dict[Node, float]) -> dict[Node, float]:
-    """Longest cost path from each node to the exit, the node itself included."""
+def bottom_levels(
+    dag: Dag, cost: dict[Node, float], comm: Communication | None = None
+) -> dict[Node, float]:
+    """Longest cost path from each node to the exit, the node itself included (from a
+    collective to its waits, its communication time too: ``comm``)."""
+    if comm is not None:
+        return _lagged_bottom_levels(dag, cost, comm)
     level: dict[Node, float] = {}
     succs = dag.succs
     get = level.__getitem__
@@ -154,6 +182,26 @@ def bottom_levels(dag: Dag, cost: dict[Node, float]) -> dict[Node, float]:
         else:
             level[node] = cost[node] + max(map(get, below))
     return level
+
+
+def _lagged_bottom_levels(
+    dag: Dag, cost: dict[Node, float], comm: Communication
+) -> dict[Node, float]:
+    level: dict[Node, float] = {}
+    lag = comm.waits
+    for node in reversed(dag.nodes):
+        below = 0.0
+        for succ in dag.succs[node]:
+            here = level[succ] + (comm.time[node] if lag.get(succ) is node else 0.0)
+            below = max(below, here)
+        level[node] = cost[node] + below
+    return level
+
+
+def _latency_costs(cost: dict[Node, float], comm: Communication | None) -> dict[Node, float]:
+    """Costs with each asynchronous collective's communication time as its cost: the
+    priorities of the later passes see communication as a latency."""
+    return cost if comm is None else {**cost, **comm.time}
 
 
 #: The priorities of the passes of `assign_streams` after the first, in the order tried.
@@ -186,33 +234,39 @@ def assign_streams(
         raise InvalidArgumentError(
             f"unknown pass {unknown[0]!r}; passes are {', '.join(map(repr, PASSES))}"
         )
-    cost = node_costs(dag, cost_model)
-    level = bottom_levels(dag, cost)
-    best = _forward_pass(dag, num_streams, cost, level)
+    cost, comm = split_communication(dag.nodes, node_costs(dag, cost_model))
+    level = bottom_levels(dag, cost, comm)
+    best = _forward_pass(dag, num_streams, cost, level, comm)
     critical = max(level.values(), default=0.0)
     bound = makespan_lower_bound(
-        dag.nodes, dag.preds, cost, num_streams, best.makespan, critical=critical
+        dag.nodes, dag.preds, cost, num_streams, best.makespan, critical=critical, comm=comm
     )
     first = best.finish
+    latency = _latency_costs(cost, comm)
     for name in passes if best.makespan > bound else ():
-        priority = top_levels(dag, cost) if name == PASSES[0] else first
-        backward = _reversed_finish(dag, num_streams, cost, priority)
-        candidate = _forward_pass(dag, num_streams, cost, backward)
+        priority = top_levels(dag, latency) if name == PASSES[0] else first
+        backward = _reversed_finish(dag, num_streams, latency, priority)
+        candidate = _forward_pass(dag, num_streams, cost, backward, comm)
         if candidate.makespan < best.makespan:
             best = candidate
-    return _assignment(dag, num_streams, cost, level, best, bound)
+    collectives = comm.collectives if comm is not None else ()
+    return _assignment(dag, num_streams, cost, level, best, bound, collectives)
 
 
 def _forward_pass(
-    dag: Dag, num_streams: int, cost: dict[Node, float], priority: dict[Node, float]
+    dag: Dag,
+    num_streams: int,
+    cost: dict[Node, float],
+    priority: dict[Node, float],
+    comm: Communication | None = None,
 ) -> _Placed:
-    placed = _Placed({}, {}, {}, {}, [])
+    placed = _Placed({}, {}, {}, {}, [], {})
     stream, start, finish, reasons = placed.stream, placed.start, placed.finish, placed.reasons
     for node in dag.nodes:
         if node.op in INPUT_OPS:
             stream[node], start[node], finish[node] = 0, 0.0, 0.0
             reasons[node] = Placement(INPUT, priority=priority[node])
-    placed.picked.extend(_list_schedule(dag, num_streams, cost, priority, placed))
+    _list_schedule(dag, num_streams, cost, priority, placed, comm)
     _place_output(dag, priority, placed)
     return placed
 
@@ -233,6 +287,7 @@ def _assignment(
     level: dict[Node, float],
     placed: _Placed,
     bound: float,
+    collectives: tuple[Node, ...] = (),
 ) -> Assignment:
     return Assignment(
         num_streams=num_streams,
@@ -245,6 +300,8 @@ def _assignment(
         total_cost=sum(cost.values()),
         reasons=placed.reasons,
         lower_bound=bound,
+        communication=placed.communication,
+        collectives=collectives,
     )
 
 
@@ -297,7 +354,7 @@ def timetable_assignment(
     """
     cost = node_costs(dag, cost_model)
     level = bottom_levels(dag, cost)
-    placed = _Placed({}, {}, {}, {}, [])
+    placed = _Placed({}, {}, {}, {}, [], {})
     for node in dag.nodes:
         if node.op in INPUT_OPS:
             placed.stream[node], placed.start[node], placed.finish[node] = 0, 0.0, 0.0
@@ -348,21 +405,31 @@ def emission_order(
 
 
 def serial_assignment(dag: Dag, cost_model: CostModel) -> Assignment:
-    """One stream, the input order kept: every node starts when the previous one finishes."""
-    cost = node_costs(dag, cost_model)
-    level = bottom_levels(dag, cost)
+    """One stream, the input order kept: every node starts when the previous one finishes
+    (a wait, once the communication it waits for has ended too)."""
+    cost, comm = split_communication(dag.nodes, node_costs(dag, cost_model))
+    level = bottom_levels(dag, cost, comm)
+    channels = Channels(comm) if comm is not None else None
     stream = dict.fromkeys(dag.nodes, 0)
     start: dict[Node, float] = {}
     finish: dict[Node, float] = {}
     reasons: dict[Node, Placement] = {}
     t = 0.0
     for node in dag.nodes:
+        if channels is not None:
+            t = max(t, channels.release(node))
         rule = INPUT if node.op in INPUT_OPS else OUTPUT if node is dag.output else IN_ORDER
         reasons[node] = Placement(rule, ready=t, priority=level[node])
         start[node] = t
+        if channels is not None and node in channels.comm.time:
+            channels.issue(node, t)
         t += cost[node]
         finish[node] = t
     compute = tuple(n for n in dag.nodes if n.op not in INPUT_OPS and n is not dag.output)
+    total = t if comm is None else sum(cost.values())
+    bound = t
+    if comm is not None:  # other orders on one stream may overlap communication
+        bound = makespan_lower_bound(dag.nodes, dag.preds, cost, 1, t, comm=comm)
     return Assignment(
         num_streams=1,
         stream=stream,
@@ -371,9 +438,11 @@ def serial_assignment(dag: Dag, cost_model: CostModel) -> Assignment:
         order=compute,
         makespan=t,
         critical_path=max(level.values(), default=0.0),
-        total_cost=t,
+        total_cost=total,
         reasons=reasons,
-        lower_bound=t,
+        lower_bound=bound,
+        communication=channels.spans if channels is not None else {},
+        collectives=comm.collectives if comm is not None else (),
     )
 
 
@@ -392,14 +461,15 @@ def node_costs(dag: Dag, model: CostModel) -> dict[Node, float]:
 
 @dataclass(frozen=True)
 class _Placed:
-    """What one pass fills in: stream, start, finish and reason of every node, and the
-    compute nodes in the order they were placed."""
+    """What one pass fills in: stream, start, finish and reason of every node, the
+    compute nodes in the order they were placed, and when each communication runs."""
 
     stream: dict[Node, int]
     start: dict[Node, float]
     finish: dict[Node, float]
     reasons: dict[Node, Placement]
     picked: list[Node]
+    communication: dict[Node, tuple[float, float]]
 
     @property
     def makespan(self) -> float:
@@ -412,23 +482,32 @@ def _list_schedule(
     cost: dict[Node, float],
     level: dict[Node, float],
     placed: _Placed,
-) -> list[Node]:
+    comm: Communication | None = None,
+) -> None:
+    """Place every compute node (step 2-3 of `assign_streams`), appending to
+    ``placed.picked``; with ``comm``, collectives and waits by `_Issuer`."""
     index, preds, succs, out = dag.index, dag.preds, dag.succs, dag.output
     stream, start, finish, reasons = placed.stream, placed.start, placed.finish, placed.reasons
     waiting = dict(dag.computed_dependency_counts)
+    lanes = [_Lane() for _ in range(num_streams)]
+    issuer = _Issuer(comm, lanes, placed) if comm is not None else None
     ready = [
-        (-level[n], index[n], n) for n in dag.nodes if n.op not in INPUT_OPS and not waiting[n]
+        (-level[n], index[n], n)
+        for n in dag.nodes
+        if n.op not in INPUT_OPS and not waiting[n] and (issuer is None or issuer.may_issue(n))
     ]
     heapq.heapify(ready)
     heappop, heappush = heapq.heappop, heapq.heappush
-    lanes = [_Lane() for _ in range(num_streams)]
-    picked: list[Node] = []
+    picked = placed.picked
     while ready:
         node = heappop(ready)[2]
         if node is out:
             continue
         c = cost[node]
-        s, t, rule, producer, est, tied = _place(preds[node], c, lanes, stream, finish)
+        if issuer is not None and node in issuer.special:
+            s, t, rule, producer, est, tied = issuer.place(node, preds[node], c)
+        else:
+            s, t, rule, producer, est, tied = _place(preds[node], c, lanes, stream, finish)
         ends = lanes[s].ends
         inserted = c > 0.0 and bool(ends) and ends[-1] > t
         reasons[node] = _new_placement(
@@ -438,12 +517,77 @@ def _list_schedule(
         if c:
             lanes[s].occupy(t, t + c)
         picked.append(node)
+        if issuer is not None and node in issuer.special:
+            released = issuer.record(node, t, c)
+            if released is not None:
+                heappush(ready, (-level[released], index[released], released))
         for succ in succs[node]:
             left = waiting[succ] - 1
             waiting[succ] = left
-            if not left:
+            if not left and (issuer is None or issuer.may_issue(succ)):
                 heappush(ready, (-level[succ], index[succ], succ))
-    return picked
+
+
+class _Issuer:
+    """How `_list_schedule` places collectives and waits (`msched.analysis.communication`).
+
+    The collectives are issued in their original order: one that is ready before the
+    collective before it is issued is held back, and a collective starts no earlier than
+    the one before it (its placement counts that one as a dependency), so host order, issue
+    order and the order of each channel all stay the original's.  An asynchronous
+    collective costs nothing on its stream; its communication starts on its channel.  A
+    wait starts no earlier than the communication it waits for ends, on a stream that is
+    idle then, and that instant is kept out of later blocks (`_Lane.mark`).
+    """
+
+    __slots__ = ("comm", "lanes", "placed", "channels", "position", "next", "held", "special")
+
+    def __init__(self, comm: Communication, lanes: list[_Lane], placed: _Placed) -> None:
+        self.comm, self.lanes, self.placed = comm, lanes, placed
+        self.channels = Channels(comm)
+        self.position = {n: i for i, n in enumerate(comm.collectives)}
+        self.next = 0  # position of the next collective to issue
+        self.held: set[Node] = set()
+        self.special = set(self.position) | set(comm.waits)
+
+    def may_issue(self, node: Node) -> bool:
+        """Whether a ready ``node`` may go on the heap now (else it is held back)."""
+        at = self.position.get(node)
+        if at is None or at == self.next:
+            return True
+        self.held.add(node)
+        return False
+
+    def place(
+        self, node: Node, deps: dict[Node, int], cost: float
+    ) -> tuple[int, float, str, Node | None, float, bool]:
+        """`_place` for a collective or a wait."""
+        placed = self.placed
+        if node in self.position:
+            if self.next:
+                deps = dict(deps)
+                deps.setdefault(self.comm.collectives[self.next - 1], 0)
+            return _place(deps, cost, self.lanes, placed.stream, placed.finish)
+        release = self.channels.release(node)
+        return _place_after(deps, cost, release, self.lanes, placed.stream, placed.finish)
+
+    def record(self, node: Node, at: float, cost: float) -> Node | None:
+        """``node``, a collective or a wait, starts at ``at``; returns the held collective
+        that may go on the heap now, if any."""
+        if node not in self.position:  # a wait
+            if cost == 0.0:
+                self.lanes[self.placed.stream[node]].mark(at)
+            return None
+        if node in self.comm.time:
+            self.channels.issue(node, at)
+            self.placed.communication[node] = self.channels.spans[node]
+        self.next += 1
+        if self.next < len(self.comm.collectives):
+            following = self.comm.collectives[self.next]
+            if following in self.held:
+                self.held.discard(following)
+                return following
+        return None
 
 
 # Over ruff's complexity limit (C901, 11 > 10): to split, the producer loop into a helper.
@@ -472,6 +616,34 @@ def _place(  # noqa: C901
         return affinity, est, ZERO_COST, producer, est, tied
     ends = lanes[affinity].ends
     here = est if not ends or ends[-1] <= est else lanes[affinity].earliest(est, cost)
+    if here == est:
+        return affinity, est, AFFINITY, producer, est, tied
+    best_stream, best_start = affinity, here
+    for s, lane in enumerate(lanes):
+        if s == affinity:
+            continue
+        t = lane.earliest(est, cost)
+        if t < best_start:
+            best_stream, best_start = s, t
+            if t == est:
+                return s, t, FIRST_FREE, producer, est, tied
+    return best_stream, best_start, EARLIEST_GAP, producer, est, tied
+
+
+def _place_after(
+    deps: dict[Node, int],
+    cost: float,
+    release: float,
+    lanes: list[_Lane],
+    stream: dict[Node, int],
+    finish: dict[Node, float],
+) -> tuple[int, float, str, Node | None, float, bool]:
+    """`_place` for a wait: it starts no earlier than ``release`` (the end of the
+    communication it waits for) and, even when it costs nothing, at an instant when its
+    stream runs nothing (it must be issued between that stream's kernels)."""
+    affinity, est, _, producer, _, tied = _place(deps, 0.0, lanes, stream, finish)
+    est = max(est, release)
+    here = lanes[affinity].earliest(est, cost)
     if here == est:
         return affinity, est, AFFINITY, producer, est, tied
     best_stream, best_start = affinity, here

@@ -18,7 +18,9 @@ Rules (docs/design.md, "Emission"):
 - a tensor used on another stream than the one that allocated it gets ``record_stream`` for
   that stream only where the allocator could otherwise reuse its block too early
   (`msched.analysis.lifetimes`);
-- ``output`` is last, on stream 0, after stream 0 has joined every dependency of ``output``.
+- ``output`` is last, on stream 0, after stream 0 has joined every dependency of ``output``;
+- the collectives are issued in the assignment's order (`Assignment.collectives`, the
+  original's), whatever the streams they are on.
 
 Nodes are emitted stream by stream: the current stream continues while its next node is ready,
 otherwise emission switches to the stream whose next node comes first in the assignment order
@@ -298,9 +300,17 @@ def plan_emission(graph: Graph, dag: Dag, a: Assignment) -> Emission:
     pending = dict(dag.computed_dependency_counts)
     rank = {n: i for i, n in enumerate(a.order)}
     succs, stream = dag.succs, a.stream
+    # Each collective waits, besides its dependencies, for the one issued before it: the
+    # host issues them in the assignment's order, which every rank shares (no event is
+    # added for it; the Dag's edges between collectives, if any, add those).
+    following = dict(zip(a.collectives, a.collectives[1:], strict=False))
+    for node in following.values():
+        pending[node] += 1
     for node in pre:
         for succ in succs[node]:
             pending[succ] -= 1
+        if node in following:
+            pending[following[node]] -= 1
     queues = _stream_queues(a, set(pre))
     emit = em.emit
     for _ in range(sum(len(q) for q in queues)):
@@ -311,6 +321,8 @@ def plan_emission(graph: Graph, dag: Dag, a: Assignment) -> Emission:
         emit(node, stream[node])
         for succ in succs[node]:
             pending[succ] -= 1
+        if following and node in following:
+            pending[following[node]] -= 1
     em.finish(dag.output)
     em.finish_switches()
     order = _link_order(em, inputs, pre, dag.output)

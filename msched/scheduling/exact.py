@@ -197,7 +197,17 @@ def solve_from(
     dag: Dag, heuristic: Assignment, cost: dict[Node, float], time_limit: float
 ) -> OptimalMakespan:
     """`solve`, starting from the list schedule ``heuristic``; without the solver when that
-    schedule meets its lower bound (it is then optimal)."""
+    schedule meets its lower bound (it is then optimal).
+
+    The solver's model has no communication, so a Dag with asynchronous collectives is an
+    `msched.InvalidArgumentError` (use ``effort="fast"``, whose list schedule models it).
+    """
+    if heuristic.communication:
+        names = ", ".join(n.name for n in list(heuristic.communication)[:3])
+        raise InvalidArgumentError(
+            f"the exact mode does not model asynchronous communication yet (collectives "
+            f"{names}); schedule this graph with effort='fast'"
+        )
     if heuristic.makespan <= heuristic.lower_bound:
         start = {n: heuristic.start[n] for n in heuristic.order}
         m = heuristic.makespan

@@ -99,6 +99,25 @@ def test_quality_benchmark_prints_its_table() -> None:
     assert all(float(v) >= 1.0 for v in total[header.index("mean") : header.index("at_opt%")])
 
 
+def test_communication_benchmark_prints_its_table() -> None:
+    run = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_comm.py"), "--layers", "1", "--streams", "1,2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr  # it exits with an error on a simulate mismatch
+    lines = run.stdout.splitlines()
+    header = lines[1].split()
+    assert header == ["graph", "streams", "makespan", "serial", "ratio", "bound", "makespan/lb"]
+    rows = [line.split() for line in lines[2:]]
+    graphs = ["tp", "tp-tbo", "ep-moe", "microbatches"]
+    assert [r[:2] for r in rows] == [[g, k] for g in graphs for k in ("1", "2")]
+    for row in rows:
+        makespan, serial, ratio, bound, over = map(float, row[2:])
+        assert bound <= makespan <= serial and ratio <= 1.0 <= over
+
+
 def test_the_gpu_inductor_benchmark_imports_and_says_it_needs_cuda(capsys) -> None:
     import importlib.util
 

@@ -240,3 +240,56 @@ def test_roofline_takes_a_linear_output_from_its_input_without_shape_metadata() 
             q_proj = n
     model = msched.RooflineCostModel(peak_flops=1e9, bandwidth=1e18, launch_us=0.0)
     assert model.cost(q_proj) == pytest.approx(2 * 5 * 32 * 16 / 1e9 * 1e6)
+
+
+FC = torch.ops._c10d_functional
+
+
+def _collective_graph() -> Graph:
+    """``x`` (256 float32 = 1 KiB) all-reduced and waited, all-gathered into 2 KiB, and
+    all-to-all'd; every node carries ``meta["val"]``."""
+    g = Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(16, 16)
+    ar = g.call_function(FC.all_reduce, (x, "sum", "0"))
+    ar.meta["val"] = torch.empty(16, 16)
+    wait = g.call_function(FC.wait_tensor, (ar,))
+    wait.meta["val"] = torch.empty(16, 16)
+    ag = g.call_function(FC.all_gather_into_tensor, (x, 2, "0"))
+    ag.meta["val"] = torch.empty(32, 16)
+    a2a = g.call_function(FC.all_to_all_single.default, (x, [8, 8], [8, 8], "0"))
+    g.output((wait, ag, a2a))  # a2a has no shape: the table's comm
+    return g
+
+
+def test_table_prices_collectives_as_communication_and_waits_as_free() -> None:
+    g = _collective_graph()
+    costs = {n.name: msched.DefaultCostModel().cost(n) for n in g.nodes}
+    assert msched.DefaultCostModel.COMM == 30.0 > 2 * msched.DefaultCostModel.TABLE["matmul"]
+    assert costs["all_reduce"] == costs["all_gather_into_tensor"] == 30.0
+    assert costs["wait_tensor"] == 0.0
+    slower = msched.DefaultCostModel(comm=45)
+    assert [slower.cost(n) for n in g.nodes if n.name.startswith("all_")] == [45.0] * 3
+    assert op_category(next(n for n in g.nodes if n.name == "all_reduce")) == "other"
+
+
+@pytest.mark.parametrize("comm", [-1.0, float("nan"), float("inf"), "30", True])
+def test_table_refuses_a_bad_comm(comm: object) -> None:
+    with pytest.raises(msched.InvalidArgumentError, match="comm"):
+        msched.DefaultCostModel(comm=comm)  # type: ignore[arg-type]
+
+
+def test_roofline_prices_a_collective_as_bytes_over_the_link_plus_latency() -> None:
+    g = _collective_graph()
+    model = msched.RooflineCostModel(link_bandwidth=1024e6, link_latency_us=5.0)
+    costs = {n.name: model.cost(n) for n in g.nodes}
+    assert costs["all_reduce"] == 5.0 + 1.0  # 1 KiB at 1 KiB per microsecond
+    assert costs["all_gather_into_tensor"] == 5.0 + 2.0  # its result is the payload
+    assert costs["all_to_all_single_default"] == 5.0 + 1.0  # no result shape: its input's
+    assert costs["wait_tensor"] == 0.0
+    default = msched.RooflineCostModel()
+    assert (default.link_bandwidth, default.link_latency_us) == (200e9, 10.0)
+    with pytest.raises(msched.InvalidArgumentError, match="link_bandwidth"):
+        msched.RooflineCostModel(link_bandwidth=0.0)
+    with pytest.raises(msched.InvalidArgumentError, match="link_latency_us"):
+        msched.RooflineCostModel(link_latency_us=-1.0)

@@ -1,0 +1,74 @@
+"""How much communication `msched.schedule` hides, on sharded graphs, per stream count.
+
+Graphs (`msched.testing.sharded`, PyTorch's functional collectives on one process group):
+a tensor-parallel decoder stack (all-reduce after the attention output projection and after
+the MLP's down projection), the same stack with two micro-batches interleaved stage by stage
+(two-batch overlap), an expert-parallel MoE layer (all-to-all dispatch and combine, a shared
+expert) and two micro-batches of ``linear -> all_reduce -> wait_tensor -> linear``.  Costs
+are `msched.DefaultCostModel`'s (a collective's communication ``--comm``, 30 by default; a
+matmul 10).
+
+For each graph and stream count it prints the makespan msched claims (and `msched.simulate`
+of the emitted module confirms: a mismatch is an error), the serial makespan (the
+unscheduled graph simulated: every collective waited right after its issue), their ratio,
+the lower bound (`msched.analysis.bounds`, with communication as a latency and one channel
+per group) and the makespan over it.  No timing: these are cost-model units.
+
+Run: ``python benchmarks/bench_comm.py [--layers 2] [--streams 1,2,3] [--comm 30]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from torch.fx import GraphModule
+
+import msched
+from msched.testing import sharded
+
+
+def graphs(layers: int) -> dict[str, Callable[[], GraphModule]]:
+    return {
+        "tp": lambda: sharded.tp_stack(layers),
+        "tp-tbo": lambda: sharded.tp_stack(layers, microbatches=2),
+        "ep-moe": lambda: sharded.ep_moe(experts=4),
+        "microbatches": sharded.two_microbatches,
+    }
+
+
+def row(build: Callable[[], GraphModule], streams: int, model: msched.CostModel) -> list[float]:
+    gm = build()
+    sched = msched.schedule(gm, streams, cost_model=model)
+    simulated = msched.simulate(gm, model).makespan
+    if simulated != sched.makespan:
+        raise SystemExit(f"simulated {simulated} != claimed {sched.makespan}")
+    serial = msched.simulate(sched.original, model).makespan
+    bound = sched.lower_bound
+    return [sched.makespan, serial, sched.makespan / serial, bound, sched.makespan / bound]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=2, help="layers of the TP stacks")
+    parser.add_argument("--streams", default="1,2,3", help="stream counts, comma-separated")
+    parser.add_argument("--comm", type=float, default=msched.DefaultCostModel.COMM)
+    args = parser.parse_args()
+    model = msched.DefaultCostModel(comm=args.comm)
+    counts = [int(s) for s in args.streams.split(",")]
+    print(f"communication {args.comm:g} per collective, matmul 10 (msched.DefaultCostModel)")
+    header = ["graph", "streams", "makespan", "serial", "ratio", "bound", "makespan/lb"]
+    print("".join(f"{h:>14}" for h in header))
+    for name, build in graphs(args.layers).items():
+        for k in counts:
+            values = row(build, k, model)
+            cells = [
+                name,
+                str(k),
+                *(f"{v:.3f}" if i in (2, 4) else f"{v:g}" for i, v in enumerate(values)),
+            ]
+            print("".join(f"{c:>14}" for c in cells))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""Both compilers on the tensor-parallel stack on two gloo ranks: a `TensorParallelDecoder`
+(functional all-reduces after ``wo`` and ``wd``) compiled with ``msched.backend(num_streams=2,
+compiler=...)`` equals eager on every rank, and eager equals the unsharded `TinyDecoder`."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from msched.testing.ranks import run_on_ranks
+from tests.msched.compile.sharded_compile import compiled_tensor_parallel
+
+
+@pytest.mark.parametrize("compiler", ["fx", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_both_compilers_run_the_tensor_parallel_stack_like_eager_on_every_rank(
+    compiler: str, tmp_path
+) -> None:
+    ranks = run_on_ranks(compiled_tensor_parallel, compiler, str(tmp_path), timeout=500.0)
+    for found in ranks:
+        assert torch.allclose(found["got"], found["want"], atol=1e-5)
+        assert torch.allclose(found["got_capture"], found["want_capture"], atol=1e-5)
+        assert torch.allclose(found["want"], found["full"], atol=1e-5)
+        assert torch.allclose(found["want_capture"], found["full_capture"], atol=1e-5)
+        assert found["collectives"].count("_c10d_functional.all_reduce") == 4
+        assert found["collectives"].count("_c10d_functional.wait_tensor") == 4
+        assert found["verified"] and all(found["verified"])

@@ -1,0 +1,154 @@
+"""Communication is planned: collectives issue early, waits go late, compute runs under them.
+
+The graphs (`msched.testing.sharded`) use PyTorch's functional collectives on group ``"0"``
+and the default cost model: a matmul 10, a collective's communication 30, a wait 0.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.fx import Graph, GraphModule, Node
+
+import msched
+from msched.analysis.collectives import collectives_in
+from msched.testing import sharded
+
+aten = torch.ops.aten
+FC = torch.ops._c10d_functional
+
+
+def _names(gm: GraphModule) -> list[str]:
+    return [n.name for n in gm.graph.nodes]
+
+
+def _collective_order(gm: GraphModule) -> list[str]:
+    return [c.node.name for c in collectives_in(gm.graph)]
+
+
+def _scheduled(gm: GraphModule, streams: int) -> tuple[msched.Schedule, float]:
+    """The schedule and the serial makespan (the unscheduled graph, simulated)."""
+    sched = msched.schedule(gm, streams)
+    serial = msched.simulate(sched.original).makespan
+    assert msched.simulate(gm).makespan == sched.makespan
+    assert _collective_order(gm) == _collective_order(sched.original)
+    assert sched.lower_bound <= sched.makespan
+    return sched, serial
+
+
+def test_two_microbatches_overlap_communication_on_one_and_two_streams() -> None:
+    one, serial = _scheduled(sharded.two_microbatches(), 1)
+    two, _ = _scheduled(sharded.two_microbatches(), 2)
+    assert serial == 100.0  # lin1 10, all_reduce 30, lin2 10; twice, one after the other
+    assert one.makespan == two.makespan == 80.0 < serial
+    order = _names(one.gm)
+    # on one stream, B's first linear is issued between A's all-reduce and A's wait
+    assert order.index("all_reduce_a") < order.index("lin1_b") < order.index("wait_a")
+    assert one.num_events == 0 and "set_stream" not in " ".join(order)
+
+
+def test_one_stream_keeps_the_original_order_without_collectives() -> None:
+    g = Graph()
+    x, w = g.placeholder("x"), g.placeholder("w")
+    a = g.call_function(aten.mm.default, (x, w))
+    b = g.call_function(aten.mm.default, (x, w))
+    g.output((g.call_function(aten.add.Tensor, (a, b)),))
+    gm = GraphModule(torch.nn.Module(), g)
+    before = _names(gm)
+    assert msched.schedule(gm, 1).makespan == 21.0
+    assert _names(gm) == before
+
+
+def test_an_expert_parallel_moe_runs_its_shared_expert_under_the_dispatch() -> None:
+    sched, serial = _scheduled(sharded.ep_moe(), 1)
+    order = _names(sched.gm)
+    dispatch, wait = order.index("all_to_all_dispatch"), order.index("wait_dispatch")
+    assert all(dispatch < order.index(n) < wait for n in ("shared_up", "shared_down"))
+    assert sched.makespan < serial
+
+
+@pytest.mark.parametrize("streams", [1, 2, 3])
+@pytest.mark.parametrize(
+    "build",
+    [
+        sharded.two_microbatches,
+        sharded.ep_moe,
+        lambda: sharded.tp_stack(2),
+        lambda: sharded.tp_stack(2, microbatches=2),
+    ],
+    ids=["microbatches", "ep-moe", "tp", "tp-two-microbatches"],
+)
+def test_sharded_graphs_run_as_fast_as_claimed(build: object, streams: int) -> None:
+    gm = build()  # type: ignore[operator]
+    sched, serial = _scheduled(gm, streams)
+    assert sched.makespan <= serial
+    assert msched.verify(gm, original=sched.original).ok
+
+
+def test_more_streams_are_never_slower_on_the_sharded_graphs() -> None:
+    for build in (sharded.two_microbatches, sharded.ep_moe, lambda: sharded.tp_stack(2, 2)):
+        spans = [msched.schedule(build(), k).makespan for k in (1, 2, 3)]
+        assert spans == sorted(spans, reverse=True), spans
+
+
+def test_one_group_runs_its_communication_in_issue_order() -> None:
+    """Two all-reduces issued together: the second's communication starts when the first's
+    ends, and its wait cannot start before."""
+    g = Graph()
+    x, y = g.placeholder("x"), g.placeholder("y")
+    first = g.call_function(FC.all_reduce, (x, "sum", "0"))
+    second = g.call_function(FC.all_reduce, (y, "sum", "0"))
+    other = g.call_function(FC.all_reduce, (y, "sum", "1"))
+    waits = [g.call_function(FC.wait_tensor, (c,)) for c in (first, second, other)]
+    g.output(tuple(waits))
+    timeline = msched.simulate(GraphModule(torch.nn.Module(), g))
+    assert timeline.communication == {
+        first: (0.0, 30.0),
+        second: (30.0, 60.0),
+        other: (0.0, 30.0),  # a group of its own
+    }
+    # one stream: the last wait, issued after the second, starts after it too
+    assert [timeline.start[w] for w in waits] == [30.0, 60.0, 60.0]
+    assert timeline.start[second] == timeline.end[second] == 0.0  # its stream is not held
+    assert timeline.makespan == timeline.lower_bound == 60.0
+
+
+@torch.library.custom_op("mscomm34::all_reduce", mutates_args=())
+def _engine_all_reduce(t: torch.Tensor, group_name: str) -> torch.Tensor:
+    return t.clone()
+
+
+@_engine_all_reduce.register_fake
+def _(t: torch.Tensor, group_name: str) -> torch.Tensor:
+    return torch.empty_like(t)
+
+
+def test_a_synchronous_collective_runs_its_communication_on_its_stream() -> None:
+    msched.register_collective(torch.ops.mscomm34.all_reduce, group="group_name")
+    g = Graph()
+    x, w = g.placeholder("x"), g.placeholder("w")
+    reduced = g.call_function(torch.ops.mscomm34.all_reduce.default, (x, "tp"))
+    g.output((g.call_function(aten.mm.default, (reduced, w)),))
+    gm = GraphModule(torch.nn.Module(), g)
+    timeline = msched.simulate(gm)
+    assert timeline.end[reduced] - timeline.start[reduced] == 30.0
+    assert timeline.communication == {} and timeline.makespan == 40.0
+    assert msched.schedule(gm, 2).makespan == 40.0 == msched.simulate(gm).makespan
+
+
+def test_the_exact_mode_says_it_does_not_model_communication() -> None:
+    pytest.importorskip("ortools")
+    with pytest.raises(msched.InvalidArgumentError, match="asynchronous communication"):
+        msched.schedule(sharded.two_microbatches(), 2, effort="optimal")
+
+
+def test_the_assignment_says_when_each_communication_runs() -> None:
+    sched = msched.schedule(sharded.two_microbatches(), 2)
+    a = sched.assignment
+    assert a is not None
+    spans = {n.name: span for n, span in a.communication.items()}
+    assert spans == {"all_reduce_a": (10.0, 40.0), "all_reduce_b": (40.0, 70.0)}
+    assert [n.name for n in a.collectives] == ["all_reduce_a", "all_reduce_b"]
+    waits: dict[str, Node] = {n.name: n for n in a.order if n.name.startswith("wait")}
+    assert a.start[waits["wait_a"]] == 40.0 and a.start[waits["wait_b"]] == 70.0
+    assert msched.simulate(sched.gm).communication == a.communication
