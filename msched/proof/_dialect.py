@@ -159,7 +159,7 @@ class Dialect:
         of its nodes as actions (`msched.proof.actions`; a reader that returns None leaves
         that node compute, an empty sequence makes it host-only).  A node whose op is not in
         ``readers`` is compute, on ``node_stream(node)`` when that gives a key, else on the
-        current stream.  See README "Checking other engines' graphs".
+        current stream.  See docs/dialects.md.
         """
         if not readers:
             raise InvalidArgumentError(f"dialect {name!r} needs at least one op in readers")

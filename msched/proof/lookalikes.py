@@ -173,8 +173,8 @@ def unread_error(graph: Graph, ops: list[str], dialect_label: str) -> UnreadStre
         f"read them: {shown}. Read as compute they order nothing, and any verdict on the "
         "graph would be wrong. Give the dialect of these ops: pass dialect=... (a "
         f"msched.Dialect: msched.Dialect.from_namespace({namespaces[0]!r}) for msched's "
-        "four-op shape, msched.Dialect.define(name, {op: reader, ...}) for any other; README "
-        '"Checking other engines\' graphs"); under pytest-msched configure it once for the '
+        "four-op shape, msched.Dialect.define(name, {op: reader, ...}) for any other; "
+        "docs/dialects.md); under pytest-msched configure it once for the "
         "helpers, schedule_graph and snapshots: `msched_dialect = package.module:DIALECT` in "
         "the ini file, --msched-dialect=..., or a msched_dialect fixture in conftest.py. An op "
         "that is no stream op: read it as compute with a reader that returns None."

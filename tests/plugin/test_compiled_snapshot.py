@@ -20,7 +20,7 @@ from msched.testing.decoders import TinyDecoder
 from pytest_msched import ScheduledGraphExtension
 
 RUNNING = ".".join(torch.__version__.split(".")[:2])
-SNAPSHOTTED = ("2.13", "2.14")  # the torch releases CI tests (README, "Pinned versions")
+SNAPSHOTTED = ("2.13", "2.14")  # the torch releases CI tests (docs/versions.md)
 
 
 @pytest.fixture(autouse=True)
