@@ -1,26 +1,12 @@
 """`ScheduledGraphExtension`: syrupy snapshots of scheduled graphs, one text file each.
 
 The snapshot of a `msched.Schedule` or a scheduled ``GraphModule`` is its canonical text
-(`msched.pictures.text.render_text`): a header with streams, events, waits, makespan and
-lower bound,
-then one line per node in emission order with its stream lane, every record and wait shown,
-``output`` last.  Graphs whose stream ops are another dialect's render the same way: a
-Schedule in its ``dialect`` (`msched.read_schedule`), a module msched made (a traced one, a
-kernel order) in its own, any other module in the running test's dialect (``msched_dialect``;
-none configured: detected from its ops, `msched.Dialect.detect`);
-that dialect's op names appear where ops are shown.  The header's stream count is the one the
-test asked for, also when the scheduler used fewer.  The
-text is identical across runs, hash seeds and xdist workers, so a change in a snapshot file
-is a change of the schedule, and ``git diff`` shows it line by line.
-
-Files live next to the test module, in ``__snapshots__/<test module>/<test name>.msched.txt``
-(``<test name>`` includes the parametrization, e.g. ``test_decoder[streams3]``).
-
-A mismatch starts with a summary in schedule terms (`msched.pictures.diff.snapshot_summary`,
-what ``msched diff`` prints: counts and makespan before → after first, then nodes added,
-removed or moved, waits and records added or removed), then a unified diff of the whole text (hunks
-with two lines of context): syrupy's default diff stops 100 lines after the first
-difference, and the header, which changes with almost any schedule change, is the first line.
+(`msched.pictures.text.render_text`), read in the Schedule's ``dialect``, in its own for a
+module msched made, else in the running test's ``msched_dialect`` (none configured: detected
+from its ops).  The format, the file names (``__snapshots__/<test module>/<test
+name>.msched.txt``) and what a mismatch shows (`msched.pictures.diff.snapshot_summary`, then a
+unified diff of the whole text in hunks with two lines of context) are specified in
+``docs/text-format.md``.
 
 Unused snapshots (`IndexedSnapshotReport`).  At the end of a run syrupy looks for snapshot
 files no test used: they fail the run, and ``--snapshot-update`` deletes them.  To decide that

@@ -9,39 +9,13 @@ schedule::
     + capture_0 on s1 (waits for add_tensor_2 on s0; joined by output)
     nodes 481 → 482, events 76 → 77, waits 100 → 101, makespan 810 → 810
 
-- ``+ N on sK (...)`` / ``- N on sK (...)``: a node only the second / only the first schedule
-  has; ``~ N s1 → s2 (...)``: a node that moved to another stream.  In parentheses: the
-  records its stream waits for right before it (``waits for add_tensor_2 on s0``, named by
-  the node each record follows; ``stream s1`` for a stream-wide join, ``wait s1`` in the
-  text; ``after synchronize s1`` for a host barrier), and who is ordered after it among the
-  nodes that read it on
-  other streams and the exit (``joined by mm_3 on s2, output``; ``NOT joined by``: a race, or
-  an exit that returns before it ran), from `msched.proof.clocks` run on the parsed program.
-  The sync of such a node (the waits before it, the records after it and their waits, a
-  record only its waits use) is not listed again.
-- ``~ N reordered on sK: now after A (was after B)``: a node its stream issues in another
-  order among the nodes both schedules run there.
-- ``+ wait on s0 for capture_11 on s1, before output`` / ``- wait ...``: a wait only one
-  schedule has; ``~ wait on s1 for P on s0: now before X (was before Y)``: one that moved.
-  ``+ record @N on sK, waited on by nothing``: a record no wait uses.
-  ``+ wait on s0 for stream s1, before output``: a stream-wide join only one schedule has
-  (``wait s1`` in the text); ``+ synchronize s1 on s0, before add``: a host barrier;
-  ``~ wait on s0 for stream s1: now before X (was before Y)``: one that moved.
-  ``+ record_stream(t, s1) on s0, before N``: a ``record_stream`` only one schedule has.
-- the last line: the counts and the makespan, before → after (``streams`` and
-  ``lower bound`` when they changed; ``nodes`` when the count of nodes changed; how many
-  nodes call their op with other arguments, which the lines above do not list).
-
-Records are matched by place, not name: the k-th record on a stream after the last node
-that both schedules run on that stream, so a node inserted before a record (which renames it
-to ``@new_node``) leaves the record and its waits matched.  Waits are matched by stream,
-record, and the next node both schedules run on that stream after the wait.
+What each line says, and how nodes, records and waits of the two schedules are matched, is
+specified with the text format in ``docs/text-format.md`` ("The summary of a change"); who is
+ordered after a node comes from `msched.proof.clocks` run on the parsed program.
 
 `snapshot_summary` is what a failing snapshot comparison shows first: the counts line of
 `schedule_diff` of the stored and the received text, then its changes cut to a few lines;
-empty when either text cannot be read.  A weight load (``get_attr``) printed on another lane
-is no moved node: it runs no kernel; nor is a host-only node (``host e = op(...)`` in the
-text, a stream op that does nothing on a stream), and no record is named after one.
+empty when either text cannot be read.
 """
 
 from __future__ import annotations

@@ -2,30 +2,13 @@
 
 An integer event id is a counter of the emitter: adding one record early in a graph shifts the
 id of every later one, and a snapshot of the schedule would change on every sync line after
-it.  The text names a record after the point of its stream it marks instead, and a wait after
-the record it binds to (`msched.proof.clocks.Clocks.binding`), so adding or removing one event
-leaves every other line as it was:
-
-- ``@add_tensor_2``: the record right after compute node ``add_tensor_2`` on that node's
-  stream (the last compute node issued on the recording stream before the record; graph
-  inputs and weights do not count, they are ready before the graph starts);
-- ``@entry.s0``: a record on stream ``0`` before any compute node of that stream (``s1``,
-  ``s2``, ... for the others: a record on a stream that has run nothing yet);
-- ``@add_tensor_2#2``, ``@entry.s1#3``: the second, third, ... record at the same point (no
-  compute node of that stream between them; they may differ in the waits between them);
-- a wait prints the name of the record it binds to: ``wait @add_tensor_2`` (a host barrier
-  on an event, ``synchronize @add_tensor_2``, too).  A wait that
-  binds to no record (its event was not recorded before it: it waits for nothing) prints
-  ``eK (unrecorded)`` with its event id, the only name it has.  A wait after ``output`` never
-  runs; it is named after the record it would bind to if it ran (the latest earlier record of
-  its event).
-
-FX node names are Python identifiers (``torch.fx`` sanitises them), so no node name contains
-``.`` or ``#`` and the spellings above never collide: ``@entry`` alone is the record after a
-node named ``entry``.  Names depend only on node names and host order, never on event ids or
-hashing, so they are byte-identical across processes, ``PYTHONHASHSEED`` values and xdist
-workers, and they are the same for every dialect (they come from the `StreamProgram`, not
-from msched's emitter).  The graph keeps its integer ids; JSON prints both.
+it.  The text names a record after the point of its stream it marks instead (``@add_tensor_2``,
+``@entry.s0``, ``@add_tensor_2#2``), and a wait after the record it binds to
+(`msched.proof.clocks.Clocks.binding`); a wait that binds to no record prints ``eK
+(unrecorded)``.  The names are specified in ``docs/text-format.md`` ("Event names").  They
+depend only on node names (Python identifiers: no ``.`` or ``#``, so the spellings never
+collide) and host order, never on event ids or hashing, and come from the `StreamProgram`, so
+every dialect gets them.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """The canonical text of a scheduled graph: what snapshots store and reviewers read in CI.
 
-The writer (`render_text`) and the reader (`read_text`, `parse_schedule`) of the format live
-here together.  The text starts with its version line, ``# msched text format 2``
-(`VERSION_LINE`); a text without one is format 1, what msched printed before it had version
-lines, and is read too (its older spellings: events by id, ``record e7`` / ``wait e7``; a
-stream-wide join or host barrier printed as its op, ``w = streams.wait_stream(0, 1)``, reads
-as a compute node, as it did then).  A text of another version is an error naming it.
-
-Deterministic: the same graph gives byte-identical text regardless of ``PYTHONHASHSEED`` or
-process (nothing is ordered by hashing, no object address is printed, numbers go through
-`msched.pictures.labels.format_number`).
+The format (header, lines, event names, versions, determinism) is specified in one place,
+``docs/text-format.md``; this module is its writer (`render_text`) and its reader (`read_text`,
+`parse_schedule`), kept together so the two cannot drift.  A text without a version line is
+format 1 and is read too; a text of a version this module does not know is an error naming it.
 """
 
 from __future__ import annotations
@@ -201,23 +195,10 @@ def lane_lines(v: View, steps: Iterable[Step] | None = None) -> list[str]:
 
 
 def render_text(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> str:
-    """The canonical text of a scheduled graph, for snapshots reviewed in CI.
-
-    A header (the version line `VERSION_LINE`, ``# streams S, events E, waits W`` and
-    ``# makespan M, lower bound L``), then
-    one line per node in emission (host) order: the stream lane ``sN |``, an indentation of two
-    spaces per stream, and the node (``name = op(args)``, ``record @add_tensor_2``,
-    ``wait @add_tensor_2``, ``record_stream(t, sN)``; a switch with its waits:
-    ``switch, wait @add_tensor_2 @mm_3``; a stream-wide join, the lane's stream waiting for
-    all work issued on stream N so far: ``wait sN``; a host barrier: ``synchronize`` (the
-    device), ``synchronize sN``, ``synchronize @add_tensor_2`` (an event); a host-only node,
-    a stream op its dialect reads no action in: ``host name = op(args)``).  Records and
-    waits are named after the
-    point they mark, not by event id (`msched.pictures.naming`: ``@node``, ``@entry.sN``,
-    ``@node#2``), so adding one event leaves every other line unchanged.  A switch that waits
-    for nothing is folded into the lane column: a change of lane is where one stood.
-    ``output`` is last (anything after it would be shown after it).  The text ends with a
-    newline and is identical across runs, processes and hash seeds.
+    """The canonical text of a scheduled graph, for snapshots reviewed in CI
+    (``docs/text-format.md``): the header (`header_lines`), then one line per node in emission
+    (host) order (`lane_lines`).  It ends with a newline and is identical across runs,
+    processes and hash seeds.
     """
     v = view_of(obj, cost_model)
     return "\n".join(header_lines(v) + lane_lines(v)) + "\n"
