@@ -11,7 +11,7 @@ from msched.pictures.svg import render_svg
 from msched.pictures.trace import trace_data
 from msched.testing.decoders import decoder_stack
 
-from ..proof.test_collectives_verify import two_microbatches
+from ..sharded_graphs import two_microbatches
 
 
 def test_explain_names_the_group_the_wait_and_the_chain() -> None:
