@@ -38,7 +38,7 @@ from msched.testing.checks import (
 
 # Imported under the name the assertion shows: pytest prints ``where False = _exit_joins(...)``.
 from msched.testing.checks import exit_joins as _exit_joins
-from pytest_msched._session import configured_dialect
+from pytest_msched._reading import configured_dialect
 
 
 def _reading(gm: GraphModule, dialect: Dialect | str | None) -> Dialect:

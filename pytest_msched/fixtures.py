@@ -74,7 +74,7 @@ def msched_dialect(pytestconfig: pytest.Config) -> msched.Dialect | None:
 @pytest.fixture(autouse=True)
 def _msched_reading(request: pytest.FixtureRequest) -> Iterator[None]:
     """For the extent of every test, the helpers, snapshots and dumps read graphs in the
-    dialect of its ``msched_dialect`` fixture (`pytest_msched._session.ReadingContext`)."""
+    dialect of its ``msched_dialect`` fixture (`pytest_msched._reading.ReadingContext`)."""
     with MschedSession.of(request.config).reading(request):
         yield
 
