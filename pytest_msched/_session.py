@@ -77,7 +77,7 @@ class GraphRecord:
 def _streams_used(check: checks.ScheduleCheck) -> int | None:
     """The streams on which some node of the scheduled graph runs (stream ops aside)."""
     from msched.errors import MschedError
-    from msched.proof.dialects import interpret
+    from msched.proof.interpreter import interpret
 
     try:
         program = interpret(check.schedule.gm, check.dialect)

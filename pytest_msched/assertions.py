@@ -25,7 +25,8 @@ from torch.fx import GraphModule, Node
 
 from msched.analysis.nodes import node_named
 from msched.proof.capture import CAPTURE_KINDS
-from msched.proof.dialects import Dialect, interpret
+from msched.proof.dialects import Dialect
+from msched.proof.interpreter import interpret
 from msched.proof.verifier import verify
 from msched.testing.checks import (
     capture_columns,

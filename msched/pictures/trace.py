@@ -11,7 +11,7 @@ from msched.analysis.cost import CostModel, op_category
 from msched.analysis.nodes import INPUT_OPS
 from msched.pictures.labels import format_number, json_number, op_label, stream_title
 from msched.pictures.view import View, communications, view_of
-from msched.proof.dialects import Step
+from msched.proof.program import Step
 from msched.scheduling.pipeline import Schedule
 
 __all__ = ["render_perfetto", "render_trace", "trace_data"]

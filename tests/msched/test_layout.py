@@ -18,8 +18,8 @@ first (a layer imports only layers below it):
   ``analysis``, so that every layer may build models);
 - the top layer: ``ops``, ``errors``, ``limits``, ``runtime`` import no subpackage.
 
-Besides: no import cycle between modules of msched (`DEFERRED_CYCLE_EDGES` lists the
-deferred imports that close a cycle knowingly, each with why); no module imports ``pytest``
+Besides: no import cycle between modules of msched, not even through an import inside a
+function; no module imports ``pytest``
 (or the plugin, ``pytest_msched``); every error class is defined in ``msched.errors`` and
 exported from ``msched``; no module is named like a name it exports (``msched/schedule.py``
 exporting ``schedule`` made ``msched.schedule`` a function that hid the module), and no
@@ -59,13 +59,6 @@ ONLY: dict[str, tuple[str, ...]] = {
 }
 # Imported by no module of msched (the CLI is the top; pytest is the plugin's business).
 NOWHERE = ("{package}.cli", "pytest", "_pytest", "pytest_msched")
-# (importer, imported) -> why: imports inside a function that close a cycle knowingly; such an
-# edge does not count as long as it stays inside a function.
-DEFERRED_CYCLE_EDGES: dict[tuple[str, str], str] = {
-    ("proof._dialect", "proof._registry"): (
-        "Dialect.named and Dialect.detect reach the registry, which is built from Dialect"
-    ),
-}
 
 
 class Import(NamedTuple):
@@ -188,8 +181,8 @@ def _only_for(module: str, package: str) -> list[str] | None:
 
 def cycle_violations(imports: ImportMap, package: str) -> list[str]:
     """One line per import cycle between modules of the package: ``a -> b -> a``, each
-    module with the line of its import of the next.  Edges of `DEFERRED_CYCLE_EDGES` do not
-    count when they are deferred (inside a function)."""
+    module with the line of its import of the next.  An import inside a function counts
+    like any other: deferring an import hides a cycle from Python, not from the reader."""
     graph = _import_graph(imports, package)
     return [
         "import cycle: "
@@ -201,12 +194,11 @@ def cycle_violations(imports: ImportMap, package: str) -> list[str]:
 
 def _import_graph(imports: ImportMap, package: str) -> dict[str, dict[str, int]]:
     """Module -> module it imports -> the line of the first such import."""
-    allowed = {(f"{package}.{a}", f"{package}.{b}") for a, b in DEFERRED_CYCLE_EDGES}
     graph: dict[str, dict[str, int]] = {module: {} for module in imports}
     for module, found in imports.items():
-        for line, name, deferred in found:
+        for line, name, _ in found:
             target = _module_of(name, imports)
-            if target is None or target == module or (deferred and (module, target) in allowed):
+            if target is None or target == module:
                 continue
             graph[module].setdefault(target, line)
     return graph
@@ -443,26 +435,11 @@ def test_a_cycle_through_a_function_level_import_counts() -> None:
     ]
 
 
-def test_a_listed_deferred_edge_closes_no_cycle_only_while_it_is_deferred() -> None:
-    edges = {
-        "pkg.proof._dialect": ["pkg.proof._registry"],
-        "pkg.proof._registry": ["pkg.proof._dialect"],
-    }
-    deferred = synthetic(edges, deferred=["pkg.proof._dialect:pkg.proof._registry"])
-    assert cycle_violations(deferred, "pkg") == []
-    assert cycle_violations(synthetic(edges), "pkg") == [
-        "import cycle: pkg.proof._dialect (line 1) -> pkg.proof._registry (line 1) -> "
-        "pkg.proof._dialect"
-    ]
-
-
 def test_the_real_import_map_sees_deferred_and_relative_imports() -> None:
     imports = import_map(ROOT, "msched")
-    dialect = {name: deferred for _, name, deferred in imports["msched.proof._dialect"]}
-    assert dialect["msched.proof._registry"] is True and dialect["msched.ops"] is False
-    assert ("msched.proof._dialect", "msched.proof._registry") in {
-        (f"msched.{a}", f"msched.{b}") for a, b in DEFERRED_CYCLE_EDGES
-    }
+    tracing = {name: deferred for _, name, deferred in imports["msched.compile.tracing"]}
+    assert tracing["msched.compile.kernel_order.kernel_order_program"] is True
+    assert tracing["msched.errors.InvalidArgumentError"] is False
 
 
 BROKEN = {

@@ -18,7 +18,7 @@ from msched.pictures.diff import (
 )
 from msched.pictures.text import header_lines
 from msched.pictures.view import view_of
-from msched.proof.dialects import interpret
+from msched.proof.interpreter import interpret
 from msched.testing.decoders import decoder_stack
 
 from ..scheduled import Scheduled, aten

@@ -19,7 +19,8 @@ from msched import pictures
 from msched.pictures.naming import event_names
 from msched.pictures.text import step_text
 from msched.pictures.view import view_of
-from msched.proof.dialects import Dialect, interpret
+from msched.proof.dialects import Dialect
+from msched.proof.interpreter import interpret
 from msched.testing.decoders import decoder_stack
 
 from ..scheduled import Scheduled, aten, define_stream_ops

@@ -17,7 +17,7 @@ from msched import pictures
 from msched.analysis.nodes import node_named
 from msched.pictures.labels import format_number
 from msched.pictures.view import event_of, exit_waits, host_index, joining_wait, view_of
-from msched.proof.dialects import interpret
+from msched.proof.interpreter import interpret
 from msched.testing.decoders import decoder_stack
 
 _SVG = "{http://www.w3.org/2000/svg}"

@@ -11,7 +11,8 @@ from torch.fx import GraphModule, Node
 
 import msched
 from msched.proof.clocks import Clocks, Stamp, clocks_of
-from msched.proof.dialects import Step, interpret
+from msched.proof.interpreter import interpret
+from msched.proof.program import Step
 from msched.testing.decoders import decoder_stack
 
 from ..hb import happens_before as hb_reader

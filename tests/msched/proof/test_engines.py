@@ -21,7 +21,8 @@ from torch.fx import Graph, GraphModule, Node
 
 import msched
 from msched.proof import actions
-from msched.proof.dialects import Dialect, interpret
+from msched.proof.dialects import Dialect
+from msched.proof.interpreter import interpret
 
 from ..scheduled import define_stream_ops
 from .test_dialect import NAMESPACE  # noqa: F401  (keeps the shared test namespace defined)

@@ -8,7 +8,7 @@ from torch.fx import GraphModule
 
 import msched
 from msched.proof.clocks import clocks_of
-from msched.proof.dialects import interpret
+from msched.proof.interpreter import interpret
 from msched.testing.decoders import decoder_stack
 
 from ..faults import drop_wait_step

@@ -334,7 +334,7 @@ def captured_then_rogue_zero(rogue_stream: int) -> tuple[GraphModule, GraphModul
 
 def test_an_unsynchronised_extra_write_is_an_extra_node_a_race_and_not_joined() -> None:
     gm, original = captured_then_rogue_zero(rogue_stream=1)
-    capture_stream = msched.proof.dialects.interpret(gm).stream_of[node_named(gm, "capture")]
+    capture_stream = msched.proof.interpreter.interpret(gm).stream_of[node_named(gm, "capture")]
     report = msched.verify(gm, original=original)
     found = [(v.kind, v.hazard, v.nodes) for v in report.violations]
     assert found[0] == ("extra-node", None, ("rogue",))

@@ -13,7 +13,7 @@ from torch.fx import GraphModule
 import msched
 import msched.testing.strategies as mst
 from msched.analysis.nodes import INPUT_OPS
-from msched.proof.dialects import interpret
+from msched.proof.interpreter import interpret
 from msched.scheduling import pipeline
 from msched.testing.decoders import decoder_stack
 
