@@ -14,7 +14,7 @@ from msched.pictures.view import View, communications, view_of
 from msched.proof.program import Step
 from msched.scheduling.pipeline import Schedule
 
-__all__ = ["render_perfetto", "render_trace", "trace_data"]
+__all__ = ["render_perfetto", "trace_data"]
 
 _TRACE_PID = 1
 
@@ -161,7 +161,3 @@ def render_perfetto(obj: Schedule | GraphModule, cost_model: CostModel | None = 
     the end of its wait: the communication.  Deterministic bytes.
     """
     return json.dumps(trace_data(obj, cost_model), indent=1) + "\n"
-
-
-#: The old name of `render_perfetto`, kept.
-render_trace = render_perfetto

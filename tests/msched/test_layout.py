@@ -367,7 +367,7 @@ LAYER_CASES = [
     *(("pkg.scheduling.emit", f"pkg.{t}.x") for t in ("pictures", "compile", "testing")),
     *(("pkg.pictures.text", f"pkg.{t}.x") for t in ("compile", "testing")),
     ("pkg.compile.compiler", "pkg.testing.checks"),
-    ("pkg.compile.traced", "pkg.testing.decoders.TinyDecoder"),
+    ("pkg.compile.traced", "pkg.testing.traced.TracedDecoder"),
     *(("pkg.models.decoders", f"pkg.{t}.x") for t in ("analysis", "proof", "testing")),
     ("pkg.models.decoders", "pkg.cli"),
     ("pkg.models.decoders", "pkg"),  # the package runs everything

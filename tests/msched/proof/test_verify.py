@@ -10,8 +10,8 @@ from torch.fx import GraphModule
 
 import msched
 from msched.analysis.nodes import node_named
+from msched.models.decoders import decoder_stack
 from msched.proof.verifier import VIOLATION_KINDS, Report, Violation
-from msched.testing.decoders import decoder_stack
 
 from ..graphs import cyclic_graph, within
 from ..scheduled import Scheduled, aten, two_streams, unjoined_aux_start, unscheduled
