@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from torch.fx import Graph, Node
 
-from msched.analysis.effects import Effects, NodeList, compute_effects, produces_tensor
+from msched.analysis.effects import Effects, compute_effects, produces_tensor
 from msched.analysis.lifetimes import UnsafeUse, unsafe_cross_stream_uses
+from msched.analysis.nodes import NodeList
 from msched.proof.clocks import Clocks
 from msched.proof.program import StreamProgram
 
