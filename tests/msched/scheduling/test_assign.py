@@ -10,7 +10,8 @@ import msched
 from msched.models.decoders import decoder_stack
 from msched.pictures.explain import explain_lines, placement_text
 from msched.scheduling import assign
-from msched.scheduling.assign import Assignment, _Lane, assign_streams, bottom_levels
+from msched.scheduling.assign import Assignment, _Lane, assign_streams
+from msched.scheduling.levels import bottom_levels
 from msched.testing import families
 
 from ..graphs import eagle3_graph, module
