@@ -34,7 +34,7 @@ import torch
 from bench_schedule import capture_layers, print_table
 
 import msched
-from msched.testing.decoders import decoder_stack
+from msched.models.decoders import decoder_stack
 
 STREAM_OPS = set(msched.ops.STREAM_OPS)
 

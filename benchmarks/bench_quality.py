@@ -27,9 +27,9 @@ from torch import nn
 from torch.fx import GraphModule
 
 import msched
+from msched.models.decoders import decoder_stack
 from msched.scheduling.assign import PASSES, assign_streams
 from msched.testing import families
-from msched.testing.decoders import decoder_stack
 
 HEURISTICS = {"forward": (), "reversed": PASSES[:1], "final": PASSES}
 

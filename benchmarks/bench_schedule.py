@@ -49,7 +49,7 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 
 import msched
-from msched.testing.decoders import decoder_stack
+from msched.models.decoders import decoder_stack
 
 STREAM_OPS = set(msched.ops.STREAM_OPS)
 

@@ -24,7 +24,7 @@ from bench_schedule import capture_layers
 from torch.fx import Graph, GraphModule
 
 import msched
-from msched.testing.decoders import decoder_stack
+from msched.models.decoders import decoder_stack
 
 
 def timed(fn: Callable[[], object], clock: Callable[[], float]) -> float:

@@ -34,8 +34,8 @@ import torch
 
 import msched
 from msched.compile.native_streams import NativeStreams
+from msched.models.decoders import TinyDecoder
 from msched.runtime import StreamRuntime
-from msched.testing.decoders import TinyDecoder
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_streams import time_ms  # noqa: E402  (the sibling benchmark times CUDA the same way)

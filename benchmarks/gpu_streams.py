@@ -33,8 +33,8 @@ from typing import Any
 import torch
 
 from msched.compile import compiler as backend_module
+from msched.models.decoders import TinyDecoder
 from msched.runtime import StreamRuntime
-from msched.testing.decoders import TinyDecoder
 
 
 class DelayedAuxRuntime(StreamRuntime):

@@ -19,7 +19,6 @@ from msched.compile.compiler import (
     Piece,
     backend,
     compile_pieces,
-    trace,
 )
 from msched.compile.tracing import cuda_streams_on_cpu, trace_streams
 from msched.errors import (
@@ -105,7 +104,6 @@ __all__ = [
     "register_side_effect",
     "schedule",
     "simulate",
-    "trace",
     "trace_streams",
     "verify",
 ]

@@ -47,7 +47,7 @@ from msched.pictures.svg import render_svg
 from msched.pictures.text import render_text, step_text
 from msched.pictures.trace import render_perfetto
 from msched.pictures.view import View, host_index, joining_wait, view_of
-from msched.proof.dialects import Step
+from msched.proof.program import Step
 from msched.proof.verifier import Report
 from msched.scheduling.pipeline import Schedule
 

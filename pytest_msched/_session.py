@@ -14,7 +14,6 @@ graph of the run exactly once.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
 import re
 from collections import Counter
@@ -29,6 +28,7 @@ import pytest
 from pytest_msched import _params
 from pytest_msched._options import Settings, options_given, resolve_settings
 from pytest_msched._pytest_internals import distributes, is_xdist_worker, node_output, worker_output
+from pytest_msched._reading import ReadingContext, reading_in
 from pytest_msched.snapshot import indexed_snapshot_report
 
 if TYPE_CHECKING:
@@ -41,62 +41,6 @@ if TYPE_CHECKING:
 
 WORKER_OUTPUT_KEY = "msched_stats"
 DUMPS_OUTPUT_KEY = "msched_dumps"
-DIALECT_FIXTURE = "msched_dialect"
-
-
-class ReadingContext:
-    """How the plugin's helpers, snapshots and dumps read graphs while a test (or, outside
-    one, the session) runs: the dialect configured for it and the stream count it asked for.
-
-    In a test the dialect is the value of its ``msched_dialect`` fixture (the ini or
-    command-line value, or a ``conftest.py`` override), asked for the first time a helper
-    needs it; outside a test it is the session's `Settings.dialect`.  ``None``: detected from
-    each graph's ops.  Set for the extent of a test by `MschedSession.reading`, so nothing
-    outlives the test or the session (in-process ``pytester`` runs nest).
-    """
-
-    def __init__(
-        self, session: MschedSession, request: pytest.FixtureRequest | None = None
-    ) -> None:
-        self._session = session  # its settings are resolved only when a helper asks
-        self._request = request
-        self._dialect: list[Dialect | None] = []  # the dialect once looked up
-
-    def dialect(self) -> Dialect | None:
-        if not self._dialect:
-            self._dialect.append(self._lookup())
-        return self._dialect[0]
-
-    def _lookup(self) -> Dialect | None:
-        from msched.proof.dialects import as_dialect
-
-        if self._request is None:
-            return self._session.settings.dialect
-        value = self._request.getfixturevalue(DIALECT_FIXTURE)
-        return None if value is None else as_dialect(value)
-
-    def requested_streams(self) -> int | None:
-        """The ``num_streams`` of the running test (``3`` in ``test[streams3]``), if any."""
-        callspec = getattr(self._request.node, "callspec", None) if self._request else None
-        count = callspec.params.get(_params.FIXTURE) if callspec is not None else None
-        return count if isinstance(count, int) else None
-
-
-_READING: contextvars.ContextVar[ReadingContext | None] = contextvars.ContextVar(
-    "pytest_msched_reading", default=None
-)
-
-
-def reading_context() -> ReadingContext | None:
-    """The `ReadingContext` of the running test or session; None outside any pytest run."""
-    return _READING.get()
-
-
-def configured_dialect() -> Dialect | None:
-    """The dialect the running test reads graphs in when a helper is given none (see
-    `ReadingContext`); None (detect) outside a pytest run."""
-    context = _READING.get()
-    return None if context is None else context.dialect()
 
 
 @dataclass(frozen=True)
@@ -133,7 +77,7 @@ class GraphRecord:
 def _streams_used(check: checks.ScheduleCheck) -> int | None:
     """The streams on which some node of the scheduled graph runs (stream ops aside)."""
     from msched.errors import MschedError
-    from msched.proof.dialects import interpret
+    from msched.proof.interpreter import interpret
 
     try:
         program = interpret(check.schedule.gm, check.dialect)
@@ -298,11 +242,11 @@ class MschedSession:
     def reading(self, request: pytest.FixtureRequest | None = None) -> Iterator[None]:
         """While this runs, `configured_dialect` is the dialect of the test of ``request``
         (of the session when None), as `ReadingContext` says."""
-        token = _READING.set(ReadingContext(self, request))
-        try:
+        with reading_in(ReadingContext(self._settings_dialect, request)):
             yield
-        finally:
-            _READING.reset(token)
+
+    def _settings_dialect(self) -> Dialect | None:
+        return self.settings.dialect
 
     def traced_decoder(self, num_streams: int, kwargs: dict[str, Any]) -> TracedDecoder:
         """`trace_decoder` once per stream count and arguments (when they are hashable):

@@ -25,7 +25,8 @@ from torch.fx import GraphModule, Node
 
 from msched.analysis.nodes import node_named
 from msched.proof.capture import CAPTURE_KINDS
-from msched.proof.dialects import Dialect, interpret
+from msched.proof.dialects import Dialect
+from msched.proof.interpreter import interpret
 from msched.proof.verifier import verify
 from msched.testing.checks import (
     capture_columns,
@@ -38,7 +39,7 @@ from msched.testing.checks import (
 
 # Imported under the name the assertion shows: pytest prints ``where False = _exit_joins(...)``.
 from msched.testing.checks import exit_joins as _exit_joins
-from pytest_msched._session import configured_dialect
+from pytest_msched._reading import configured_dialect
 
 
 def _reading(gm: GraphModule, dialect: Dialect | str | None) -> Dialect:

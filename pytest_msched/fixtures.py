@@ -6,7 +6,7 @@
   ``msched_scheduler``, else `msched.schedule`); a downstream ``conftest.py`` overrides it;
 - ``msched_dialect``: the `msched.Dialect` of the scheduled graphs (``--msched-dialect``, ini
   ``msched_dialect``, else ``None``: detected from each graph's ops); overridable too;
-- ``decoder_stack``: the factory `msched.decoder.decoder_stack`;
+- ``decoder_stack``: the factory `msched.models.decoders.decoder_stack`;
 - ``schedule_graph``: `msched.testing.checks.schedule_and_verify` with ``num_streams``,
   ``msched_scheduler`` and ``msched_dialect``: the scheduler, then `msched.verify` against a
   copy of the graph made before it ran (unless verification is off), counted and kept for
@@ -74,18 +74,18 @@ def msched_dialect(pytestconfig: pytest.Config) -> msched.Dialect | None:
 @pytest.fixture(autouse=True)
 def _msched_reading(request: pytest.FixtureRequest) -> Iterator[None]:
     """For the extent of every test, the helpers, snapshots and dumps read graphs in the
-    dialect of its ``msched_dialect`` fixture (`pytest_msched._session.ReadingContext`)."""
+    dialect of its ``msched_dialect`` fixture (`pytest_msched._reading.ReadingContext`)."""
     with MschedSession.of(request.config).reading(request):
         yield
 
 
 @pytest.fixture
 def decoder_stack() -> Callable[..., DecoderStack]:
-    """A factory of synthetic Eagle3 decoder stacks: `msched.decoder.decoder_stack`.
+    """A factory of synthetic Eagle3 decoder stacks: `msched.models.decoders.decoder_stack`.
 
     ``decoder_stack(n_layers=6, capture_layers=(1, 3, 5), moe=False, hidden=8, tokens=4,
     seed=0, capture_op=None, tp=1, ep=1, microbatches=1, rank=None, group_name=None)``
-    returns a `msched.decoder.DecoderStack` with a new ``.gm`` on every call;
+    returns a `msched.models.decoders.DecoderStack` with a new ``.gm`` on every call;
     ``capture_op`` is an engine's own capture op (schema ``(Tensor(a!) dest, Tensor src,
     int start, int end) -> ()``; default ``msched::inplace_slice_copy``); ``tp``, ``ep``
     and ``microbatches`` build sharded stacks with functional collectives (run them on

@@ -39,6 +39,7 @@ from syrupy.location import PyTestLocation
 from syrupy.report import SnapshotReport
 from syrupy.terminal import context_style, received_style, reset, snapshot_style
 
+from pytest_msched._reading import reading_context
 from pytest_msched._syrupy_internals import (
     TEXT_WRITE_MODE,
     collected_items_by_nodeid,
@@ -78,7 +79,6 @@ class ScheduledGraphExtension(SingleFileSnapshotExtension):
         from msched.compile.pieces import Piece
         from msched.pictures.text import render_text
         from msched.testing.checks import resolve_dialect
-        from pytest_msched._session import reading_context
 
         if isinstance(data, Schedule):
             return render_text(data)

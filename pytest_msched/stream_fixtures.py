@@ -29,7 +29,7 @@ def trace_streams(request: pytest.FixtureRequest) -> Callable[..., GraphModule]:
     ``msched.cuda_streams_on_cpu()``).
     """
     import msched
-    from msched.proof.dialects import interpret
+    from msched.proof.interpreter import interpret
 
     session = MschedSession.of(request.config)
 

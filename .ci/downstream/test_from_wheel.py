@@ -12,10 +12,10 @@ import torch
 import msched
 from msched.analysis.effects import compute_effects
 from msched.compile.compiler import backend
+from msched.models.decoders import decoder_stack as make_stack
 from msched.pictures.text import render_text
 from msched.proof.verifier import verify
 from msched.scheduling.pipeline import schedule
-from msched.testing.decoders import decoder_stack as make_stack
 from pytest_msched import assert_captures_precede_output, assert_race_free
 
 

@@ -8,10 +8,15 @@ One definition each, so that the scheduler, the verifier, the pictures and the t
 - `graph_of`: the ``torch.fx.Graph`` of a GraphModule (or the graph itself), or an
   `msched.InvalidArgumentError` saying what was expected;
 - `node_named`: the node of a graph with a given name (`msched.schedule` keeps names), or an
-  `msched.InvalidArgumentError` naming what is missing.
+  `msched.InvalidArgumentError` naming what is missing;
+- `NodeList`: what a pass over a graph's nodes in program order reads (a `Graph`, or a
+  stand-in listing another graph's nodes).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
 
 from torch.fx import Graph, GraphModule, Node
 
@@ -43,3 +48,12 @@ def node_named(gm: GraphModule | Graph, name: str, where: str = "the graph") -> 
         if node.name == name:
             return node
     raise InvalidArgumentError(f"no node named {name!r} in {where}")
+
+
+class NodeList(Protocol):
+    """What `msched.analysis.effects.compute_effects` reads of a graph: its nodes in program
+    order.  A `Graph`, or a stand-in listing another graph's nodes
+    (`msched.proof.record_streams` lists a broken schedule's nodes inputs-first)."""
+
+    @property
+    def nodes(self) -> Iterable[Node]: ...

@@ -39,7 +39,7 @@ For each graph dynamo hands it:
    (``with runtime.active():``), so stream ids mean this module's CUDA streams and events.
 
 Errors raised inside a backend reach the caller of a ``torch.compile``'d model wrapped in
-``torch._dynamo.exc.BackendCompilerFailed``; `trace` unwraps msched's own errors.
+``torch._dynamo.exc.BackendCompilerFailed``; `compile_pieces` unwraps msched's own errors.
 """
 
 from __future__ import annotations
@@ -297,15 +297,9 @@ def compile_pieces(
     return the scheduled pieces (GraphModules) in the order the backend saw them.
 
     See `compile_and_run` for what the run does to dynamo's caches and to ``inputs``.
-    ``msched.trace`` is its old name, kept.
     """
     b, _ = compile_and_run(model, inputs, backend(**backend_kwargs))
     return tuple(p.gm for p in b.pieces)
-
-
-#: The old name of `compile_pieces` ("trace" also named `trace_streams`, the Perfetto
-#: picture and the traced decoder).
-trace = compile_pieces
 
 
 def compile_and_run(

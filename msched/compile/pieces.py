@@ -12,7 +12,8 @@ from typing import Any
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.split_module import split_module
 
-from msched.analysis.effects import STORAGE_META, Effects, compute_effects
+from msched.analysis.effects import Effects, compute_effects
+from msched.analysis.input_storages import STORAGE_META
 from msched.analysis.nodes import INPUT_OPS
 from msched.compile.split_ops import OP_KINDS, CallIndex, describe, qualified_op_name
 from msched.errors import InvalidGraphError, SplitOpNotFoundError, SplitOpNotFoundWarning

@@ -26,7 +26,7 @@ from msched.pictures.dot import render_dot
 from msched.pictures.json_doc import render_json
 from msched.pictures.svg import render_svg
 from msched.pictures.text import render_text
-from msched.pictures.trace import render_perfetto, render_trace
+from msched.pictures.trace import render_perfetto
 
 __all__ = [
     "render_dot",
@@ -34,5 +34,4 @@ __all__ = [
     "render_perfetto",
     "render_svg",
     "render_text",
-    "render_trace",
 ]

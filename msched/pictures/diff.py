@@ -31,7 +31,7 @@ from msched.analysis.nodes import INPUT_OPS
 from msched.pictures.naming import ENTRY
 from msched.pictures.readback import ParsedSchedule
 from msched.pictures.text import parse_schedule, parsed
-from msched.proof.dialects import Step
+from msched.proof.program import Step
 
 __all__ = [
     "ParsedSchedule",

@@ -26,7 +26,7 @@ from msched.pictures.view import (
     joining_wait,
     view_of,
 )
-from msched.proof.dialects import Step
+from msched.proof.program import Step
 from msched.scheduling import assign
 from msched.scheduling.pipeline import Schedule
 

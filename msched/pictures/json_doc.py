@@ -19,7 +19,7 @@ from msched.errors import InvalidArgumentError
 from msched.pictures.labels import format_number, json_number, op_label
 from msched.pictures.readback import Header, ParsedSchedule, ProgramBuilder
 from msched.pictures.view import EventUse, View, view_of
-from msched.proof.dialects import Step
+from msched.proof.program import Step
 from msched.scheduling.pipeline import Schedule
 
 __all__ = ["FORMAT", "read_json", "render_json", "schedule_data"]

@@ -20,7 +20,8 @@ from torch.fx import Graph
 from msched.analysis.nodes import INPUT_OPS
 from msched.errors import MschedError
 from msched.proof.clocks import Clocks, clocks_of
-from msched.proof.dialects import Step, StreamProgram, interpret
+from msched.proof.interpreter import interpret
+from msched.proof.program import Step, StreamProgram
 
 __all__ = ["ENTRY", "EventNames", "event_names", "event_names_of_graph", "record_name"]
 
@@ -117,7 +118,7 @@ def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
 
 def event_names_of_graph(graph: Graph) -> EventNames | None:
     """`event_names` of ``graph`` read in the dialect its stream ops have
-    (`msched.proof.dialects.interpret` detecting it); None when it cannot be read.
+    (`msched.proof.interpreter.interpret` detecting it); None when it cannot be read.
 
     Cached on the graph and recomputed when its nodes, their order, names or arguments
     changed; `event_names` of a program you already have is cheaper.

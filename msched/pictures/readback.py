@@ -19,7 +19,7 @@ from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidArgumentError
 from msched.pictures.naming import event_names
 from msched.proof.clocks import Clocks, clocks_of
-from msched.proof.dialects import Step, StreamProgram
+from msched.proof.program import Step, StreamProgram
 
 __all__ = ["Header", "ParsedSchedule", "ProgramBuilder"]
 

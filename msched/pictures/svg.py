@@ -20,7 +20,7 @@ from msched.pictures.view import (
     stream_joins,
     view_of,
 )
-from msched.proof.dialects import Step
+from msched.proof.program import Step
 from msched.scheduling.pipeline import Schedule
 
 __all__ = ["CATEGORY_COLOURS", "render_svg"]

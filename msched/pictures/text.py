@@ -23,7 +23,7 @@ from msched.pictures.labels import ADDRESS, format_number, is_kernel, target_nam
 from msched.pictures.naming import EventNames, event_names_of_graph
 from msched.pictures.readback import Header, ParsedSchedule, ProgramBuilder
 from msched.pictures.view import View, view_of
-from msched.proof.dialects import Step
+from msched.proof.program import Step
 from msched.scheduling.pipeline import Schedule
 
 __all__ = [

@@ -11,10 +11,10 @@ from msched.analysis.cost import CostModel, op_category
 from msched.analysis.nodes import INPUT_OPS
 from msched.pictures.labels import format_number, json_number, op_label, stream_title
 from msched.pictures.view import View, communications, view_of
-from msched.proof.dialects import Step
+from msched.proof.program import Step
 from msched.scheduling.pipeline import Schedule
 
-__all__ = ["render_perfetto", "render_trace", "trace_data"]
+__all__ = ["render_perfetto", "trace_data"]
 
 _TRACE_PID = 1
 
@@ -161,7 +161,3 @@ def render_perfetto(obj: Schedule | GraphModule, cost_model: CostModel | None = 
     the end of its wait: the communication.  Deterministic bytes.
     """
     return json.dumps(trace_data(obj, cost_model), indent=1) + "\n"
-
-
-#: The old name of `render_perfetto`, kept.
-render_trace = render_perfetto

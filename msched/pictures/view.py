@@ -1,7 +1,7 @@
 """The view every picture starts from, and the questions `msched explain` and the demo ask.
 
 `view_of` reads a `msched.Schedule` or a scheduled ``GraphModule`` with
-`msched.proof.dialects.interpret` (host order, stream of every node, event ids) and
+`msched.proof.interpreter.interpret` (host order, stream of every node, event ids) and
 `msched.proof.clocks.clocks_of` (which record each wait binds to, which wait joins a node on a
 stream: the pictures interpret no record or wait themselves), and times every node.  Times
 come from the Schedule's assignment when its streams issue their nodes in order of those
@@ -23,7 +23,9 @@ from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidArgumentError
 from msched.pictures.naming import EventNames, event_names
 from msched.proof.clocks import Clocks, clocks_of
-from msched.proof.dialects import Dialect, Step, StreamProgram, interpret
+from msched.proof.dialects import Dialect
+from msched.proof.interpreter import interpret
+from msched.proof.program import Step, StreamProgram
 from msched.proof.timeline import simulate
 from msched.scheduling.pipeline import Schedule
 

@@ -48,9 +48,9 @@ import torch
 from torch.fx import Node
 
 from msched.analysis.nodes import INPUT_OPS
-from msched.proof._dialect import target_key
-from msched.proof._program import Step, StreamProgram
 from msched.proof.clocks import Clocks
+from msched.proof.dialects import target_key
+from msched.proof.program import Step, StreamProgram
 
 CAPTURE_KINDS = ("capture-sync", "capture-fork", "capture-join")
 

@@ -60,7 +60,7 @@ from torch.fx import Node
 from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidArgumentError
 from msched.limits import check_num_streams
-from msched.proof._program import Step, StreamProgram
+from msched.proof.program import Step, StreamProgram
 
 
 class Stamp(NamedTuple):

@@ -7,7 +7,7 @@ stream ops guarantee (program order per stream, plus record/wait edges, as
 guarantees allow, so a missing wait becomes a wrong number.  (The timeline of the same
 streams under a cost model is `msched.simulate`, in `msched.proof.timeline`.)
 
-The graph is read with `msched.proof._interpreter.interpret`; nodes after ``output`` never run.
+The graph is read with `msched.proof.interpreter.interpret`; nodes after ``output`` never run.
 
 ``order="search"`` tries many such orders (every auxiliary stream late in turn, every one
 early in turn, seeded random ones) against a reference run and stops at the first that gives
@@ -41,9 +41,9 @@ from msched._torch_internals import storage_id, tree_flatten, tree_map
 from msched.analysis._graphcheck import check_acyclic
 from msched.errors import InvalidArgumentError
 from msched.limits import positive_int
-from msched.proof._dialect import Dialect
-from msched.proof._interpreter import interpret
 from msched.proof.clocks import Clocks, clocks_of
+from msched.proof.dialects import Dialect
+from msched.proof.interpreter import interpret
 
 ORDERS = ("late-aux", "early-aux", "random", "search")
 T = TypeVar("T")

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 from torch.fx import Graph, Node
 
-from msched.analysis.effects import Effects, NodeList, compute_effects, produces_tensor
+from msched.analysis.effects import Effects, compute_effects, produces_tensor
 from msched.analysis.lifetimes import UnsafeUse, unsafe_cross_stream_uses
-from msched.proof._program import StreamProgram
+from msched.analysis.nodes import NodeList
 from msched.proof.clocks import Clocks
+from msched.proof.program import StreamProgram
 
 __all__ = ["check_record_streams", "scheduled_effects"]
 

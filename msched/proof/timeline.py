@@ -4,7 +4,7 @@ Why: a schedule's value is its makespan, and the scheduler's own estimate is not
 timeline replays the stream ops of the rebuilt graph as a GPU would (each stream issues its
 work as soon as happens-before allows) so the pictures and the tests can compare the two.
 
-The graph is read with `msched.proof._interpreter.interpret` and ordered by
+The graph is read with `msched.proof.interpreter.interpret` and ordered by
 `msched.proof.clocks`; nodes after ``output`` never run.
 """
 
@@ -22,9 +22,9 @@ from msched.analysis.cost import CostModel, DefaultCostModel, check_cost_model, 
 from msched.analysis.dag import host_order_dependencies
 from msched.analysis.effects import compute_effects
 from msched.analysis.nodes import INPUT_OPS, graph_of
-from msched.proof._dialect import Dialect
-from msched.proof._interpreter import interpret
 from msched.proof.clocks import Clocks, clocks_of
+from msched.proof.dialects import Dialect
+from msched.proof.interpreter import interpret
 
 
 @dataclass(frozen=True)

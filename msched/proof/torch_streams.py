@@ -38,10 +38,9 @@ from torch.fx import Graph, GraphModule, Node
 
 from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidArgumentError, InvalidGraphError
-from msched.proof import _registry as registry
-from msched.proof import actions
-from msched.proof._dialect import Dialect, target_key
+from msched.proof import actions, dialects
 from msched.proof.actions import Action
+from msched.proof.dialects import Dialect, target_key
 
 _TORCH = "torch"
 CALLER_META = "msched_caller_stream"  # GraphModule.meta: the caller stream's table indices
@@ -259,13 +258,13 @@ def _annotated(node: Node) -> bool:
     )
 
 
-registry.register(
+dialects.register(
     _TORCH,
     torch_dialect,
     takes_options=True,
     mixes=True,
     describe_key=describe_key,
-    metadata=registry.StreamMetadata("custom", _annotated, _traced, "meta['custom']['stream']"),
+    metadata=dialects.StreamMetadata("custom", _annotated, _traced, "meta['custom']['stream']"),
 )
 
 __all__ = ["CALLER_META", "describe_key", "torch_dialect"]

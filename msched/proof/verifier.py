@@ -6,7 +6,7 @@ scheduled graph the way the GPU would run it and checks every ordering the progr
 
 Algorithm:
 
-1. Read the graph in host order (`msched.proof.dialects.interpret`).  Nodes after ``output``
+1. Read the graph in host order (`msched.proof.interpreter.interpret`).  Nodes after ``output``
    never run: each is an ``after-output`` violation and takes no further part.  A node that
    uses a node of another graph is a ``missing-node`` violation (its code reads an undefined
    name).
@@ -61,13 +61,12 @@ from msched.analysis.effects import Effects
 from msched.analysis.nodes import INPUT_OPS, graph_of
 from msched.errors import ScheduleVerificationError
 from msched.limits import check_flag, check_num_streams
-from msched.proof._dialect import Dialect
-from msched.proof._interpreter import interpret
-from msched.proof._program import Step, StreamProgram
-from msched.proof._registry import describe_key
 from msched.proof.capture import CAPTURE_KINDS, capture_faults
 from msched.proof.clocks import Clocks, clocks_of
 from msched.proof.collective_order import COLLECTIVE_KINDS, collective_faults
+from msched.proof.dialects import Dialect, describe_key
+from msched.proof.interpreter import interpret
+from msched.proof.program import Step, StreamProgram
 from msched.proof.record_streams import check_record_streams, scheduled_effects
 
 VIOLATION_KINDS = (
@@ -187,7 +186,8 @@ def verify(
     (`msched.proof.dialects.as_dialect`).  With ``num_streams`` (an int in
     ``1..msched.MAX_STREAMS``), stream ids outside ``range(num_streams)`` are ``bad-stream``
     violations.  Raises `msched.InvalidGraphError` for graphs that cannot be read (a cycle;
-    see also `msched.proof.dialects.interpret`) and `msched.InvalidArgumentError` for bad arguments.
+    see also `msched.proof.interpreter.interpret`) and `msched.InvalidArgumentError` for bad
+    arguments.
 
     Kinds (`VIOLATION_KINDS`): ``after-output``, ``missing-node`` (an original node the schedule
     dropped, or an input from another graph), ``duplicate-node`` (an original node repeated),

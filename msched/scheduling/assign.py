@@ -28,6 +28,7 @@ from msched.analysis.cost import CostModel, checked_cost
 from msched.analysis.dag import Dag
 from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidArgumentError
+from msched.scheduling.levels import bottom_levels, top_levels
 
 # The rules of `Placement.rule`, in the order `assign_streams` tries them (see step 3 there).
 INPUT = "input"  # a graph input or weight: ready at 0 on stream 0
@@ -163,41 +164,6 @@ class _Lane:
                 gaps[i + 1] = starts[i + 1] - end
 
 
-def bottom_levels(
-    dag: Dag, cost: dict[Node, float], comm: Communication | None = None
-) -> dict[Node, float]:
-    """Longest cost path from each node to the exit, the node itself included (from a
-    collective to its waits, its communication time too: ``comm``)."""
-    if comm is not None:
-        return _lagged_bottom_levels(dag, cost, comm)
-    level: dict[Node, float] = {}
-    succs = dag.succs
-    get = level.__getitem__
-    for node in reversed(dag.nodes):
-        below = succs[node]
-        if not below:
-            level[node] = cost[node]
-        elif len(below) == 1:
-            level[node] = cost[node] + level[below[0]]
-        else:
-            level[node] = cost[node] + max(map(get, below))
-    return level
-
-
-def _lagged_bottom_levels(
-    dag: Dag, cost: dict[Node, float], comm: Communication
-) -> dict[Node, float]:
-    level: dict[Node, float] = {}
-    lag = comm.waits
-    for node in reversed(dag.nodes):
-        below = 0.0
-        for succ in dag.succs[node]:
-            here = level[succ] + (comm.time[node] if lag.get(succ) is node else 0.0)
-            below = max(below, here)
-        level[node] = cost[node] + below
-    return level
-
-
 def _latency_costs(cost: dict[Node, float], comm: Communication | None) -> dict[Node, float]:
     """Costs with each asynchronous collective's communication time as its cost: the
     priorities of the later passes see communication as a latency."""
@@ -303,16 +269,6 @@ def _assignment(
         communication=placed.communication,
         collectives=collectives,
     )
-
-
-def top_levels(dag: Dag, cost: dict[Node, float]) -> dict[Node, float]:
-    """Longest cost path from the graph's start to the end of each node, the node included."""
-    level: dict[Node, float] = {}
-    get = level.__getitem__
-    for node in dag.nodes:
-        above = dag.preds[node]
-        level[node] = cost[node] + max(map(get, above), default=0.0)
-    return level
 
 
 def _reversed_finish(

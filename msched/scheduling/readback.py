@@ -16,7 +16,8 @@ from msched.analysis.cost import CostModel, DefaultCostModel, check_cost_model, 
 from msched.analysis.dag import build_dag
 from msched.errors import InvalidArgumentError
 from msched.limits import check_num_streams
-from msched.proof.dialects import Dialect, as_dialect, detect_dialect, interpret
+from msched.proof.dialects import Dialect, as_dialect, detect_dialect
+from msched.proof.interpreter import interpret
 from msched.proof.timeline import simulate
 from msched.scheduling.assign import node_costs
 from msched.scheduling.pipeline import Schedule

@@ -35,7 +35,8 @@ from msched.errors import MschedError
 from msched.pictures.naming import event_names
 from msched.pictures.text import node_text, step_text, switch_text
 from msched.proof.clocks import clocks_of
-from msched.proof.dialects import Dialect, as_dialect, interpret, made_in, uses_ops_of
+from msched.proof.dialects import Dialect, as_dialect, made_in, uses_ops_of
+from msched.proof.interpreter import interpret
 from msched.proof.verifier import Report, verify
 from msched.scheduling import pipeline
 from msched.scheduling.pipeline import Schedule, schedule
@@ -356,7 +357,7 @@ def excerpt(
     """The lines of ``gm`` within ``radius`` of each ``focus`` node (marked ``>``).
 
     Lines are in host (emission) order, one per node, with the stream the node is issued on
-    as read by `msched.proof.dialects.interpret`, in the layout of the snapshot text::
+    as read by `msched.proof.interpreter.interpret`, in the layout of the snapshot text::
 
           s0 |   mul_tensor_86 = aten.mul.Tensor(mul_tensor_85, final_ln)
         > s1 |   capture_11 = msched.inplace_slice_copy.default(dest=dest, ...)

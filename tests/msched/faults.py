@@ -19,7 +19,7 @@ import msched
 from msched.analysis.collectives import collectives_in
 from msched.analysis.dag import WAW, build_dag
 from msched.analysis.nodes import node_named
-from msched.proof.dialects import interpret
+from msched.proof.interpreter import interpret
 from msched.scheduling.emit import relink
 
 from .hb import happens_before

@@ -10,7 +10,7 @@ from types import FrameType
 import torch
 from torch.fx import Graph, GraphModule, Node
 
-import msched.testing.reference_ops  # noqa: F401  (registers msched::inplace_slice_copy)
+import msched.models.reference_ops  # noqa: F401  (registers msched::inplace_slice_copy)
 
 aten = torch.ops.aten
 capture_op = torch.ops.msched.inplace_slice_copy.default

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from torch.fx import GraphModule, Node
 
-from msched.proof.dialects import Step, interpret
+from msched.proof.interpreter import interpret
+from msched.proof.program import Step
 
 
 @dataclass(frozen=True)

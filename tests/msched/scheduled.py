@@ -8,7 +8,7 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 
 import msched
-import msched.testing.decoders  # noqa: F401  (registers msched::inplace_slice_copy)
+import msched.models.decoders  # noqa: F401  (registers msched::inplace_slice_copy)
 from msched.proof.dialects import Dialect
 
 aten = torch.ops.aten

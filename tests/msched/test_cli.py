@@ -16,7 +16,7 @@ import pytest
 
 import msched
 from msched import cli
-from msched.testing.decoders import decoder_stack
+from msched.models.decoders import decoder_stack
 
 SMALL = ["--layers", "4", "--captures", "1,3", "--moe", "--streams", "3"]
 

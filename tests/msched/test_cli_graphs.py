@@ -11,14 +11,14 @@ import pytest
 import torch
 
 import msched
-import msched.testing.reference_ops  # noqa: F401  (msched::inplace_slice_copy)
+import msched.models.reference_ops  # noqa: F401  (msched::inplace_slice_copy)
 
 from .test_cli import run
 
 MODULE = textwrap.dedent(
     """
     import torch
-    import msched.testing.reference_ops
+    import msched.models.reference_ops
 
 
     class Model(torch.nn.Module):

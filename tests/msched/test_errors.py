@@ -9,8 +9,8 @@ from torch.fx import Graph, GraphModule
 
 import msched
 from msched.compile import compiler
+from msched.models.decoders import decoder_stack
 from msched.proof import actions
-from msched.testing.decoders import decoder_stack
 
 from .scheduled import Scheduled, aten
 

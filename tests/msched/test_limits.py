@@ -6,7 +6,7 @@ import pytest
 
 import msched
 from msched.limits import MAX_STREAMS, check_num_streams, positive_int
-from msched.testing.decoders import decoder_stack
+from msched.models.decoders import decoder_stack
 from pytest_msched._options import parse_streams
 
 

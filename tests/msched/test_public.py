@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import tomllib
 import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 import msched
 
@@ -69,18 +72,34 @@ def test_every_type_an_exported_function_returns_is_exported() -> None:
 
 
 def test_the_decoder_stack_type_is_exported() -> None:
-    """`msched.decoder.decoder_stack` (documented) returns a `msched.DecoderStack`."""
-    import msched.decoder
+    """`msched.models.decoders.decoder_stack` (documented) returns a `msched.DecoderStack`."""
+    import msched.models.decoders
 
-    assert typing.get_type_hints(msched.decoder.decoder_stack)["return"] is msched.DecoderStack
+    hints = typing.get_type_hints(msched.models.decoders.decoder_stack)
+    assert hints["return"] is msched.DecoderStack
 
 
-def test_the_old_trace_names_are_the_new_functions() -> None:
-    """``msched.trace`` and ``render_trace`` keep working under their clearer names."""
+REMOVED_MODULES = [
+    "msched.strategies",  # msched.testing.strategies
+    "msched.decoder",  # msched.models.decoders
+    "msched.testing.decoders",  # msched.models.decoders
+    "msched.testing.reference_ops",  # msched.models.reference_ops
+]
+
+
+@pytest.mark.parametrize("module", REMOVED_MODULES)
+def test_the_alias_modules_are_gone(module: str) -> None:
+    """One public path per name (issue 35): the modules that only re-exported are removed."""
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(module)
+
+
+def test_the_alias_functions_are_gone() -> None:
+    """``msched.trace`` is `msched.compile_pieces`, ``render_trace`` is ``render_perfetto``:
+    the old names are removed (issue 35)."""
     from msched import pictures
 
-    assert msched.trace is msched.compile_pieces
-    assert pictures.render_trace is pictures.render_perfetto
+    assert not hasattr(msched, "trace") and not hasattr(pictures, "render_trace")
     assert "compile_pieces" in msched.__all__ and "render_perfetto" in pictures.__all__
 
 

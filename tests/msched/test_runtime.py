@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import msched
+from msched.models.decoders import decoder_stack
 from msched.runtime import StreamRuntime, current_runtime
-from msched.testing.decoders import decoder_stack
 
 
 class FakeStream:

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import msched
-from msched.testing.decoders import TinyDecoder
+from msched.models.decoders import TinyDecoder
 from pytest_msched import ScheduledGraphExtension
 
 RUNNING = ".".join(torch.__version__.split(".")[:2])

@@ -11,7 +11,7 @@ TESTS = """
 import torch
 
 import msched
-from msched.decoder import decoder_stack
+from msched.models.decoders import decoder_stack
 from pytest_msched import assert_capture_safe
 
 

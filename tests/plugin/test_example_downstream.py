@@ -30,7 +30,7 @@ import torch
 from torch.fx import GraphModule
 
 import msched
-from msched.decoder import decoder_stack
+from msched.models.decoders import decoder_stack
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "downstream"
 SNAPSHOTS = Path("tests", "__snapshots__", "test_engine")

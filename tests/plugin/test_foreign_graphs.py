@@ -16,6 +16,7 @@ import torch
 from torch.fx import GraphModule
 
 import msched
+from msched.models.decoders import CAPTURE_SCHEMA, DecoderStack, decoder_stack
 from msched.pictures.dot import render_dot
 from msched.pictures.text import render_text
 from msched.testing.checks import (
@@ -25,7 +26,6 @@ from msched.testing.checks import (
     schedule_and_verify,
     scheduler_name,
 )
-from msched.testing.decoders import CAPTURE_SCHEMA, DecoderStack, decoder_stack
 from pytest_msched import (
     ScheduledGraphExtension,
     assert_captures_precede_output,

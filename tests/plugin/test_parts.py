@@ -10,9 +10,9 @@ from syrupy.terminal import disable_color
 
 import msched
 from msched import pictures
+from msched.models.decoders import decoder_stack
 from msched.pictures.text import render_text
 from msched.testing.checks import excerpt
-from msched.testing.decoders import decoder_stack
 from pytest_msched import (
     ScheduledGraphExtension,
     assert_exit_waits_on,

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 import msched
+from msched.models.decoders import decoder_stack
 from msched.pictures.text import render_text
 from msched.testing import checks
-from msched.testing.decoders import decoder_stack
 from pytest_msched import assert_exit_waits_on
 
 # The inner suites do not use hypothesis; its plugin costs a second in each xdist process.

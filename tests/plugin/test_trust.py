@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_msched._session import configured_dialect
+from pytest_msched._reading import configured_dialect
 
 # Registers the engine's ops in this process before any in-process inner run imports it.
 from tests.plugin import myeng  # noqa: F401
@@ -232,7 +232,7 @@ def test_each_test_reads_in_its_own_dialect_and_nothing_outlives_the_run(
         import pytest
 
         import msched
-        from pytest_msched._session import configured_dialect
+        from pytest_msched._reading import configured_dialect
 
         SEEN = {}
 
@@ -250,7 +250,7 @@ def test_each_test_reads_in_its_own_dialect_and_nothing_outlives_the_run(
     pytester.makepyfile(
         test_reading="""
         import conftest
-        from pytest_msched._session import configured_dialect
+        from pytest_msched._reading import configured_dialect
 
 
         def test_session(early):

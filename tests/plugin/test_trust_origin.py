@@ -31,7 +31,7 @@ import torch
 
 import msched
 import myeng
-from msched.decoder import decoder_stack
+from msched.models.decoders import decoder_stack
 from pytest_msched import (
     assert_capture_safe,
     assert_exit_waits_on,

@@ -15,8 +15,9 @@ import msched
 import msched.testing.strategies as mst
 from msched.analysis import bounds
 from msched.analysis.bounds import makespan_lower_bound
-from msched.scheduling.assign import bottom_levels, node_costs
+from msched.scheduling.assign import node_costs
 from msched.scheduling.exact import solve
+from msched.scheduling.levels import bottom_levels
 from msched.testing import families
 
 aten = torch.ops.aten

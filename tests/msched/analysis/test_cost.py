@@ -10,7 +10,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import msched
 from msched.analysis.cost import OP_CATEGORIES, op_category
-from msched.testing.decoders import decoder_stack
+from msched.models.decoders import decoder_stack
 
 aten = torch.ops.aten
 

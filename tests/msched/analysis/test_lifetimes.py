@@ -12,7 +12,7 @@ import msched
 from msched.analysis.effects import produces_tensor
 from msched.analysis.lifetimes import unsafe_cross_stream_uses
 from msched.analysis.nodes import node_named
-from msched.testing.decoders import decoder_stack
+from msched.models.decoders import decoder_stack
 
 from ..graphs import module
 from ..hb import happens_before

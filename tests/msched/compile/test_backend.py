@@ -24,9 +24,9 @@ from msched.analysis.effects import _REGISTERED_MUTATIONS, _REGISTERED_SIDE_EFFE
 from msched.compile import _reinplace, compiler, pieces
 from msched.compile._reinplace import reinplace
 from msched.compile.compiler import MschedBackend, Piece, compile_and_run
+from msched.models.decoders import TinyDecoder
 from msched.proof.executor import execute
 from msched.proof.verifier import verify
-from msched.testing.decoders import TinyDecoder
 from msched.testing.traced import TracedDecoder, record_piece_inputs, trace_decoder
 
 from ..faults import drop_last_wait
@@ -236,7 +236,7 @@ def test_piece_failing_verification_raises_naming_the_piece() -> None:
     inputs = model.example_inputs(TOKENS)
     match = r"piece graph0\.submod_24 failed"
     with pytest.raises(msched.PieceVerificationError, match=match) as info:
-        msched.trace(model, *inputs, num_streams=3, piecewise=True, exit_edges=False)
+        msched.compile_pieces(model, *inputs, num_streams=3, piecewise=True, exit_edges=False)
     assert isinstance(info.value, msched.MschedError)
     assert "exit-not-joined" in str(info.value)
 
@@ -268,7 +268,7 @@ class SliceCapture(torch.nn.Module):
 def test_v2_slice_view_argument_is_regenerated_from_its_base() -> None:
     x, buf, ref_buf = torch.randn(3, 4), torch.zeros(3, 8), torch.zeros(3, 8)
     ref = SliceCapture()(x, ref_buf)
-    (gm,) = msched.trace(SliceCapture(), x, buf, num_streams=2)
+    (gm,) = msched.compile_pieces(SliceCapture(), x, buf, num_streams=2)
     assert "torch.ops.aten.slice.Tensor(" in gm.code and "auto_functionalized" not in gm.code
     assert "copy_" not in gm.code  # the write-back became copy_(buf, buf) and is gone
     assert torch.equal(buf, ref_buf) and torch.equal(SliceCapture()(x, buf.clone()), ref)
@@ -282,7 +282,7 @@ def test_op_that_cannot_be_reinplaced_raises_naming_it() -> None:
         with pytest.raises(
             msched.ReinplaceError, match=r"cannot re-inplace msched::inplace_slice_copy"
         ):
-            msched.trace(SliceCapture(), x, buf, num_streams=2)
+            msched.compile_pieces(SliceCapture(), x, buf, num_streams=2)
 
 
 def test_v1_without_views_is_reinplaced() -> None:
@@ -290,7 +290,7 @@ def test_v1_without_views_is_reinplaced() -> None:
     x, buf, ref_buf = torch.randn(4, 8), torch.zeros(4, 8), torch.zeros(4, 8)
     model(x, ref_buf)
     with torch._inductor.config.patch(enable_auto_functionalized_v2=False):
-        (gm,) = msched.trace(model, x, buf, num_streams=2)
+        (gm,) = msched.compile_pieces(model, x, buf, num_streams=2)
     assert "scale_into.default(" in gm.code and "auto_functionalized" not in gm.code
     assert torch.equal(buf, ref_buf)
 
@@ -573,9 +573,11 @@ def test_backend_accepts_a_cost_model() -> None:
     assert msched.backend(cost_model=model).config.cost_model is model
 
 
-def test_trace_returns_the_scheduled_pieces_in_order() -> None:
+def test_compile_pieces_returns_the_scheduled_pieces_in_order() -> None:
     model = TinyDecoder(2, HIDDEN, (1,))
-    pieces = msched.trace(model, *model.example_inputs(TOKENS), num_streams=2, piecewise=True)
+    pieces = msched.compile_pieces(
+        model, *model.example_inputs(TOKENS), num_streams=2, piecewise=True
+    )
     assert all(isinstance(p, GraphModule) for p in pieces)
     kinds = ["attention" if "msched.attention" in p.code else "other" for p in pieces]
     assert kinds == ["other", "attention", "other", "attention", "other"]
@@ -585,7 +587,7 @@ def test_trace_returns_the_scheduled_pieces_in_order() -> None:
 def test_split_ops_choose_where_to_cut() -> None:
     model = TinyDecoder(2, HIDDEN, (0, 1), moe=True)
     inputs = model.example_inputs(TOKENS)
-    pieces = msched.trace(
+    pieces = msched.compile_pieces(
         model,
         *inputs,
         num_streams=2,

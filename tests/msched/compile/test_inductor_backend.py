@@ -28,7 +28,7 @@ from msched.compile import inductor_backend, order_records
 from msched.compile.compiler import MschedBackend
 from msched.compile.kernel_order import kernel_names
 from msched.compile.native_streams import NativeStreams, stream_index
-from msched.testing.decoders import TinyDecoder
+from msched.models.decoders import TinyDecoder
 
 TOKENS, HIDDEN = 4, 16
 
@@ -370,7 +370,7 @@ def test_an_order_that_cannot_be_kept_warns_and_the_build_goes_on(tmp_path, monk
 CACHE_SCRIPT = textwrap.dedent(
     """
     import sys, torch, msched
-    from msched.testing.decoders import TinyDecoder
+    from msched.models.decoders import TinyDecoder
 
     model = TinyDecoder(2, 16, (1,), moe=True)
     x, cap = model.example_inputs(4)

@@ -17,7 +17,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 import msched
-from msched.proof.dialects import interpret
+from msched.proof.interpreter import interpret
 
 s1 = torch.Stream(device="cpu")
 s2 = torch.Stream(device="cpu")

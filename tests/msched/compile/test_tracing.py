@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 import msched
-from msched.proof.dialects import Dialect, interpret, target_key
+from msched.proof.dialects import Dialect, target_key
+from msched.proof.interpreter import interpret
 
 side = torch.Stream(device="cpu")
 done = torch.Event(device="cpu")

@@ -6,10 +6,10 @@ import json
 
 import msched
 from msched.analysis.nodes import node_named
+from msched.models.decoders import decoder_stack
 from msched.pictures.explain import explain_lines
 from msched.pictures.svg import CATEGORY_COLOURS, render_svg
 from msched.pictures.trace import trace_data
-from msched.testing.decoders import decoder_stack
 
 from ..sharded_graphs import two_microbatches
 

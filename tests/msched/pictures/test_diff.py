@@ -9,6 +9,7 @@ from torch.fx import GraphModule
 
 import msched
 from msched import pictures
+from msched.models.decoders import decoder_stack
 from msched.pictures.diff import (
     parse_schedule,
     parsed,
@@ -18,8 +19,7 @@ from msched.pictures.diff import (
 )
 from msched.pictures.text import header_lines
 from msched.pictures.view import view_of
-from msched.proof.dialects import interpret
-from msched.testing.decoders import decoder_stack
+from msched.proof.interpreter import interpret
 
 from ..scheduled import Scheduled, aten
 

@@ -23,7 +23,8 @@ from msched.pictures.diff import parse_schedule, same_schedule, schedule_diff
 from msched.pictures.explain import explain_lines
 from msched.pictures.view import stream_joins, view_of
 from msched.proof import actions
-from msched.proof.dialects import Dialect, interpret
+from msched.proof.dialects import Dialect
+from msched.proof.interpreter import interpret
 
 from ..scheduled import Scheduled, aten
 

@@ -16,11 +16,12 @@ from torch.fx import GraphModule
 import msched
 import msched.testing.strategies as mst
 from msched import pictures
+from msched.models.decoders import decoder_stack
 from msched.pictures.naming import event_names
 from msched.pictures.text import step_text
 from msched.pictures.view import view_of
-from msched.proof.dialects import Dialect, interpret
-from msched.testing.decoders import decoder_stack
+from msched.proof.dialects import Dialect
+from msched.proof.interpreter import interpret
 
 from ..scheduled import Scheduled, aten, define_stream_ops
 

@@ -15,10 +15,10 @@ import pytest
 import msched
 from msched import pictures
 from msched.analysis.nodes import node_named
+from msched.models.decoders import decoder_stack
 from msched.pictures.labels import format_number
 from msched.pictures.view import event_of, exit_waits, host_index, joining_wait, view_of
-from msched.proof.dialects import interpret
-from msched.testing.decoders import decoder_stack
+from msched.proof.interpreter import interpret
 
 _SVG = "{http://www.w3.org/2000/svg}"
 
@@ -110,10 +110,10 @@ def test_render_rejects_what_is_not_a_schedule_or_module() -> None:
 _SCRIPT = """
 import json, msched
 from msched import pictures
-from msched.testing.decoders import decoder_stack
+from msched.models.decoders import decoder_stack
 s = msched.schedule(decoder_stack(3, (0, 2), moe=True).gm, 3)
-print(json.dumps({f: getattr(pictures, "render_" + f)(s) for f in ("text", "json", "trace", "svg",
-      "dot")}))
+formats = ("text", "json", "perfetto", "svg", "dot")
+print(json.dumps({f: getattr(pictures, "render_" + f)(s) for f in formats}))
 """
 
 
@@ -130,7 +130,7 @@ def two_processes() -> list[dict[str, str]]:
     return outs
 
 
-@pytest.mark.parametrize("fmt", ["text", "json", "trace", "svg", "dot"])
+@pytest.mark.parametrize("fmt", ["text", "json", "perfetto", "svg", "dot"])
 def test_every_format_is_byte_identical_across_processes_and_hash_seeds(
     two_processes: list[dict[str, str]], sched: msched.Schedule, fmt: str
 ) -> None:
@@ -184,7 +184,7 @@ def test_json_events_pair_each_record_with_its_waits(sched: msched.Schedule) -> 
 
 
 def test_trace_has_one_named_track_per_stream_with_complete_events(sched: msched.Schedule) -> None:
-    events = json.loads(pictures.render_trace(sched))["traceEvents"]
+    events = json.loads(pictures.render_perfetto(sched))["traceEvents"]
     names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     assert names == {0: "stream 0 (caller)", 1: "stream 1", 2: "stream 2"}
     slices = [e for e in events if e["ph"] == "X"]
@@ -200,7 +200,7 @@ def test_trace_has_one_named_track_per_stream_with_complete_events(sched: msched
 
 
 def test_trace_flows_pair_every_record_with_each_of_its_waits(sched: msched.Schedule) -> None:
-    events = json.loads(pictures.render_trace(sched))["traceEvents"]
+    events = json.loads(pictures.render_perfetto(sched))["traceEvents"]
     starts = {e["id"]: e for e in events if e["ph"] == "s"}
     ends = {e["id"]: e for e in events if e["ph"] == "f"}
     assert starts.keys() == ends.keys()
@@ -293,7 +293,7 @@ def test_a_sabotaged_graph_still_renders_with_the_capture_after_output() -> None
     lines = pictures.render_text(stack.gm).splitlines()
     out_at = next(i for i, line in enumerate(lines) if "output(" in line)
     assert any("capture_2 = " in line for line in lines[out_at + 1 :])
-    json.loads(pictures.render_trace(stack.gm))
+    json.loads(pictures.render_perfetto(stack.gm))
     ET.fromstring(pictures.render_svg(stack.gm))
 
 

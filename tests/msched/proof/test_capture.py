@@ -17,9 +17,9 @@ import torch._dynamo  # noqa: F401  (registers torch.ops.streams)
 from torch.fx import Graph, GraphModule
 
 import msched
+from msched.models.decoders import decoder_stack
 from msched.proof.capture import CAPTURE_KINDS, host_sync_reason
 from msched.proof.verifier import VIOLATION_KINDS, Report
-from msched.testing.decoders import decoder_stack
 
 from ..scheduled import Scheduled, aten, two_streams, unjoined_aux_start
 
@@ -343,7 +343,7 @@ def test_hand_made_torch_synchronize_is_capture_sync(sync: Any) -> None:
 def test_msched_pieces_and_their_inductor_kernel_orders_are_capture_safe() -> None:
     """TinyDecoder compiled piecewise on 3 streams by both compilers: each scheduled piece
     (FX) and each final kernel order Inductor generated for msched's pieces is capture-safe."""
-    from msched.testing.decoders import TinyDecoder
+    from msched.models.decoders import TinyDecoder
 
     model = TinyDecoder(2, 16, (1,), moe=True)
     x, cap = model.example_inputs(4)

@@ -10,9 +10,10 @@ import torch
 from torch.fx import GraphModule, Node
 
 import msched
+from msched.models.decoders import decoder_stack
 from msched.proof.clocks import Clocks, Stamp, clocks_of
-from msched.proof.dialects import Step, interpret
-from msched.testing.decoders import decoder_stack
+from msched.proof.interpreter import interpret
+from msched.proof.program import Step
 
 from ..hb import happens_before as hb_reader
 from ..scheduled import Scheduled, aten, two_streams, unjoined_aux_start

@@ -7,8 +7,9 @@ import torch
 from torch.fx import GraphModule
 
 import msched
-from msched.proof.dialects import Dialect, interpret
-from msched.testing.decoders import decoder_stack
+from msched.models.decoders import decoder_stack
+from msched.proof.dialects import Dialect
+from msched.proof.interpreter import interpret
 
 from ..scheduled import Scheduled, aten, define_stream_ops, unjoined_aux_start
 

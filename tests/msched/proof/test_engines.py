@@ -21,7 +21,8 @@ from torch.fx import Graph, GraphModule, Node
 
 import msched
 from msched.proof import actions
-from msched.proof.dialects import Dialect, interpret
+from msched.proof.dialects import Dialect
+from msched.proof.interpreter import interpret
 
 from ..scheduled import define_stream_ops
 from .test_dialect import NAMESPACE  # noqa: F401  (keeps the shared test namespace defined)
@@ -408,8 +409,8 @@ def test_a_report_says_which_engine_stream_and_event_each_number_is() -> None:
 def test_msched_s_ops_read_the_same_through_the_fast_path_and_the_readers() -> None:
     """`interpret` appends the steps of plain four-op nodes directly; the same ops read
     through their readers (wrapped, so the fast path does not know them) give equal steps."""
+    from msched.models.decoders import decoder_stack
     from msched.proof import dialects
-    from msched.testing.decoders import decoder_stack
 
     sched = msched.schedule(decoder_stack(3, (0, 2), moe=True).gm, 3)
     readers = {

@@ -16,7 +16,7 @@ from torch.fx import GraphModule
 import msched
 import msched.testing.strategies as mst
 from msched.analysis.nodes import node_named
-from msched.testing.decoders import decoder_stack
+from msched.models.decoders import decoder_stack
 
 from ..faults import (
     FAULTS,

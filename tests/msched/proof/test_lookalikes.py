@@ -17,7 +17,7 @@ import msched
 from msched.pictures import render_dot, render_svg, render_text
 from msched.pictures.explain import explain_lines
 from msched.proof import actions
-from msched.proof.dialects import interpret
+from msched.proof.interpreter import interpret
 from msched.proof.lookalikes import stream_look
 from tests.plugin import myeng
 

@@ -7,9 +7,9 @@ import torch
 from torch.fx import GraphModule
 
 import msched
+from msched.models.decoders import decoder_stack
 from msched.proof.clocks import clocks_of
-from msched.proof.dialects import interpret
-from msched.testing.decoders import decoder_stack
+from msched.proof.interpreter import interpret
 
 from ..faults import drop_wait_step
 from ..graphs import CountCalls, cyclic_graph, within

@@ -10,8 +10,8 @@ from torch.fx import GraphModule
 
 import msched
 from msched.analysis.nodes import node_named
+from msched.models.decoders import decoder_stack
 from msched.proof.verifier import VIOLATION_KINDS, Report, Violation
-from msched.testing.decoders import decoder_stack
 
 from ..graphs import cyclic_graph, within
 from ..scheduled import Scheduled, aten, two_streams, unjoined_aux_start, unscheduled
@@ -334,7 +334,7 @@ def captured_then_rogue_zero(rogue_stream: int) -> tuple[GraphModule, GraphModul
 
 def test_an_unsynchronised_extra_write_is_an_extra_node_a_race_and_not_joined() -> None:
     gm, original = captured_then_rogue_zero(rogue_stream=1)
-    capture_stream = msched.proof.dialects.interpret(gm).stream_of[node_named(gm, "capture")]
+    capture_stream = msched.proof.interpreter.interpret(gm).stream_of[node_named(gm, "capture")]
     report = msched.verify(gm, original=original)
     found = [(v.kind, v.hazard, v.nodes) for v in report.violations]
     assert found[0] == ("extra-node", None, ("rogue",))

@@ -10,8 +10,8 @@ from torch.fx import Graph, GraphModule
 import msched
 import msched.testing.strategies as mst
 from msched.analysis.collectives import collectives_in
+from msched.models.decoders import decoder_stack
 from msched.testing import families
-from msched.testing.decoders import decoder_stack
 
 aten = torch.ops.aten
 

@@ -7,11 +7,12 @@ from hypothesis import strategies as st
 from torch.fx import Graph, Node
 
 import msched
+from msched.models.decoders import decoder_stack
 from msched.pictures.explain import explain_lines, placement_text
 from msched.scheduling import assign
-from msched.scheduling.assign import Assignment, _Lane, assign_streams, bottom_levels
+from msched.scheduling.assign import Assignment, _Lane, assign_streams
+from msched.scheduling.levels import bottom_levels
 from msched.testing import families
-from msched.testing.decoders import decoder_stack
 
 from ..graphs import eagle3_graph, module
 

@@ -17,10 +17,10 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import msched
+from msched.models.decoders import decoder_stack
 from msched.runtime import StreamRuntime
 from msched.scheduling import pipeline
 from msched.scheduling.codegen import DirectStreamCalls, direct_stream_calls
-from msched.testing.decoders import decoder_stack
 
 from ..test_runtime import FakeCuda
 

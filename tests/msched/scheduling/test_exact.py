@@ -9,10 +9,10 @@ import pytest
 import torch
 
 import msched
+from msched.models.decoders import decoder_stack
 from msched.pictures.explain import placement_text
 from msched.scheduling import assign
 from msched.testing import families
-from msched.testing.decoders import decoder_stack
 
 
 def _moe() -> torch.fx.GraphModule:

@@ -7,8 +7,8 @@ import torch
 from torch.fx import Graph, GraphModule
 
 import msched
+from msched.models.decoders import decoder_stack
 from msched.pictures.text import render_text
-from msched.testing.decoders import decoder_stack
 
 from ..proof.test_dialect import NAMESPACE, trtllm_schedule
 

@@ -13,9 +13,9 @@ from torch.fx import GraphModule
 import msched
 import msched.testing.strategies as mst
 from msched.analysis.nodes import INPUT_OPS
-from msched.proof.dialects import interpret
+from msched.models.decoders import decoder_stack
+from msched.proof.interpreter import interpret
 from msched.scheduling import pipeline
-from msched.testing.decoders import decoder_stack
 
 from ..graphs import cyclic_graph, eagle3_graph, eagle3_inputs, hazard_graph, within
 from ..hb import happens_before
@@ -224,7 +224,7 @@ def _first_node_per_stream(gm: GraphModule, hb) -> dict[int, str]:  # type: igno
 SCRIPT = textwrap.dedent(
     """
     import msched
-    from msched.testing.decoders import decoder_stack
+    from msched.models.decoders import decoder_stack
     stack = decoder_stack(6, (1, 3, 5), moe=True)
     msched.schedule(stack.gm, 3)
     print(stack.gm.code)

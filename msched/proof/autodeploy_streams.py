@@ -1,27 +1,11 @@
-"""The built-in dialects: how msched, TensorRT-LLM, PyTorch and AutoDeploy encode stream code.
+"""The ``autodeploy`` dialect: how AutoDeploy encodes stream code, registered when loaded.
 
-Each is a `msched.Dialect` whose readers turn the engine's stream ops into actions
-(`msched.proof.actions`); `Dialect.named` returns them by name (`msched.proof._registry`).
-The four-op dialects are `msched.proof._dialect`'s shape (registered by the registry),
-``torch`` is `msched.proof.torch_streams`, and ``autodeploy`` is defined and registered here.
-
-- ``msched``: ``msched::set_stream(int, int[] wait_events=[], int[] record_events=[])`` (the
-  records on the old stream, the switch, then the waits), ``record_event(int)``,
-  ``wait_event(int)``, ``record_stream(Tensor, int)``; stream ids as written, 0 the caller's;
-  records and waits on the current stream.
-- ``trtllm``: the same four ops in the ``trtllm`` namespace.
-- ``torch``: ``streams::fork/join/record_event/wait_event/wait_stream/record_stream/
-  sync_dealloc/synchronize_*`` with indices into Dynamo's table of streams and events; a node
-  runs on ``meta["custom"]["stream"]``, else on the caller's stream
-  (`msched.proof.torch_streams`).
-- ``autodeploy``: ``auto_deploy::record_event(int device, str name)``,
-  ``wait_event(device, name)`` and the passthrough functions ``record_event_passthrough``,
-  ``begin_aux_stream_passthrough``, ``end_aux_stream_passthrough``,
-  ``wait_aux_stream_passthrough``; one event per name, re-recorded; ``begin`` switches to
-  the ``aux`` stream, ``end`` back to the caller's.
-
-Ops are matched by qualified name (``ns::op``) and Python functions by ``__name__``, so a graph
-can be read without the engine installed.
+AutoDeploy's ops are read as actions (`msched.proof.actions`); ``Dialect.named("autodeploy")``
+returns the dialect (`msched.proof.dialects`, which lists every built-in one):
+``auto_deploy::record_event(int device, str name)``, ``wait_event(device, name)`` and the
+passthrough functions ``record_event_passthrough``, ``begin_aux_stream_passthrough``,
+``end_aux_stream_passthrough``, ``wait_aux_stream_passthrough``; one event per name,
+re-recorded; ``begin`` switches to the ``aux`` stream, ``end`` back to the caller's.
 """
 
 from __future__ import annotations
@@ -31,10 +15,9 @@ from collections.abc import Hashable, Sequence
 from torch.fx import Node
 
 from msched.errors import InvalidGraphError
-from msched.proof import _registry as registry
-from msched.proof import actions
-from msched.proof._dialect import Dialect
+from msched.proof import actions, dialects
 from msched.proof.actions import Action
+from msched.proof.dialects import Dialect
 
 # --- AutoDeploy ----------------------------------------------------------------------------
 
@@ -117,6 +100,6 @@ def describe_key(key: Hashable, what: str) -> str | None:
     return None
 
 
-registry.register("autodeploy", autodeploy, mixes=True, describe_key=describe_key)
+dialects.register("autodeploy", autodeploy, mixes=True, describe_key=describe_key)
 
 __all__ = ["AUTODEPLOY_AUX", "autodeploy", "describe_key"]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import msched
-from msched.testing.decoders import decoder_stack
+from msched.models.decoders import decoder_stack
 
 NAMESPACE = "msched_test_capture_names"
 

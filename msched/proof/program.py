@@ -1,6 +1,6 @@
 """A graph read in host order: the `Step`s of every node and the `StreamProgram` they make.
 
-`msched.proof._interpreter.interpret` builds the program; `msched.proof.clocks` turns it into
+`msched.proof.interpreter.interpret` builds the program; `msched.proof.clocks` turns it into
 happens-before, which `msched.verify`, the executor, the timeline and the pictures read.
 """
 

@@ -2,7 +2,7 @@
 
 `interpret` walks a graph in host order and returns, for every node, the stream it is issued
 on and its actions (`msched.proof.actions`) as `Step`s; with no dialect given it reads
-msched's ops and detects another dialect's (`msched.proof._registry`).  No reader looks at a
+msched's ops and detects another dialect's (`msched.proof.dialects`).  No reader looks at a
 stream op itself.
 """
 
@@ -16,9 +16,9 @@ from torch.fx import Graph, GraphModule, Node
 from msched.analysis.nodes import INPUT_OPS, graph_of
 from msched.errors import InvalidGraphError, MschedError
 from msched.limits import MAX_STREAMS
-from msched.proof import _registry as registry
-from msched.proof import actions
-from msched.proof._dialect import (
+from msched.proof import actions, dialects
+from msched.proof.actions import Action, Reader
+from msched.proof.dialects import (
     FOUR_OP_READERS,
     FOUR_OPS,
     Dialect,
@@ -26,9 +26,8 @@ from msched.proof._dialect import (
     qualified_op_name,
     target_key,
 )
-from msched.proof._program import Step, StreamProgram, new_step
-from msched.proof.actions import Action, Reader
 from msched.proof.lookalikes import UnreadStreamOps
+from msched.proof.program import Step, StreamProgram, new_step
 
 
 # Over the complexity limit (ruff C901) on purpose: the fast path of `_interpret`'s loop,
@@ -118,7 +117,7 @@ class _Classifier:
         name = target_key(target)
         if name is not None and name in self.table:
             return self.table[name]
-        foreign = registry.foreign_stream_op(target)
+        foreign = dialects.foreign_stream_op(target)
         if foreign is None:
             self.unread.note(target)
             return None
@@ -138,7 +137,7 @@ class _Classifier:
 def interpret(gm: GraphModule | Graph, dialect: Dialect | str | None = None) -> StreamProgram:
     """Read ``gm`` in host order: the stream of every node and what every stream op does.
 
-    ``dialect`` is anything `msched.proof._registry.as_dialect` accepts; None reads msched's
+    ``dialect`` is anything `msched.proof.dialects.as_dialect` accepts; None reads msched's
     stream ops, or the dialect of the graph's stream ops when they are another's
     (`Dialect.detect`).  A reader that returns None for a node leaves it compute.  Raises
     `InvalidGraphError` for graphs that cannot be read: no output or several, a stream or
@@ -154,12 +153,12 @@ def interpret(gm: GraphModule | Graph, dialect: Dialect | str | None = None) -> 
         if (
             classify.foreign is None
             and not classify.annotated
-            and not registry.marked_by_module(graph)
+            and not dialects.marked_by_module(graph)
         ):
             classify.unread.check(graph, "msched (detected)")
             return program
-        dialect = registry.detect_dialect(graph)
-    chosen = registry.as_dialect(dialect)
+        dialect = dialects.detect_dialect(graph)
+    chosen = dialects.as_dialect(dialect)
     caller = chosen.caller_stream
     if callable(caller):  # a dialect that reads its caller's stream from the graph
         caller = caller(graph)
@@ -258,7 +257,7 @@ def _interpret(  # noqa: C901, PLR0915
     passthrough: dict[Node, Node] = {}
     current = 0
     by_id = classify._by_id
-    metadata = registry.stream_metadata() if classify.detecting else ()
+    metadata = dialects.stream_metadata() if classify.detecting else ()
     for node in graph.nodes:
         # The classifier's cache, inlined: this loop runs once per node of every verify.
         if node.op != "call_function":
