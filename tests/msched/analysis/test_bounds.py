@@ -14,8 +14,8 @@ from torch.fx import Graph, GraphModule
 import msched
 import msched.testing.strategies as mst
 from msched.analysis import bounds
-from msched.analysis.bounds import makespan_lower_bound
-from msched.scheduling.assign import bottom_levels, node_costs
+from msched.analysis.bounds import makespan_lower_bound, node_costs
+from msched.scheduling.assign import bottom_levels
 from msched.scheduling.exact import solve
 from msched.testing import families
 
