@@ -15,6 +15,8 @@
 - `diff` — ``msched diff`` and the summary of a failing snapshot: schedules read
   back from their text or JSON (`msched.pictures.text.parse_schedule`) compared in schedule
   terms (`schedule_diff`, `snapshot_summary`).
+- `demo` — the report of ``msched demo`` (its table, one layer's lanes, the captures) and
+  the pictures of its ``--out``.
 
 Every picture accepts a `msched.Schedule` or a scheduled ``GraphModule`` and is deterministic:
 the same graph gives byte-identical output regardless of ``PYTHONHASHSEED`` or process.
