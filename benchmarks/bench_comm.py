@@ -1,12 +1,13 @@
 """How much communication `msched.schedule` hides, on sharded graphs, per stream count.
 
-Graphs (`msched.testing.sharded`, PyTorch's functional collectives on one process group):
-a tensor-parallel decoder stack (all-reduce after the attention output projection and after
-the MLP's down projection), the same stack with two micro-batches interleaved stage by stage
-(two-batch overlap), an expert-parallel MoE layer (all-to-all dispatch and combine, a shared
-expert) and two micro-batches of ``linear -> all_reduce -> wait_tensor -> linear``.  Costs
-are `msched.DefaultCostModel`'s (a collective's communication ``--comm``, 30 by default; a
-matmul 10).
+Graphs: the sharded decoder stacks of `msched.models.decoders.decoder_stack` on rank 0 of 2
+(PyTorch's functional collectives on the default group; building them needs no process
+group), every layer captured: ``tp``, tensor parallel (an all-reduce after the attention
+output projection and after the MLP's down projection); ``tp-2mb``, the same with two
+micro-batches (two-batch overlap: one micro-batch's all-reduce under the other's compute);
+``ep-moe``, an expert-parallel MoE (all-to-all dispatch and combine, a shared expert).
+Costs are `msched.DefaultCostModel`'s (a collective's communication ``--comm``, 30 by
+default; a matmul 10).
 
 For each graph and stream count it prints the makespan msched claims (and `msched.simulate`
 of the emitted module confirms: a mismatch is an error), the serial makespan (the
@@ -21,19 +22,22 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import Any
 
 from torch.fx import GraphModule
 
 import msched
-from msched.testing import sharded
+from msched.models.decoders import decoder_stack
 
 
 def graphs(layers: int) -> dict[str, Callable[[], GraphModule]]:
+    def stack(**kwargs: Any) -> Callable[[], GraphModule]:
+        return lambda: decoder_stack(layers, tuple(range(layers)), rank=0, **kwargs).gm
+
     return {
-        "tp": lambda: sharded.tp_stack(layers),
-        "tp-tbo": lambda: sharded.tp_stack(layers, microbatches=2),
-        "ep-moe": lambda: sharded.ep_moe(experts=4),
-        "microbatches": sharded.two_microbatches,
+        "tp": stack(tp=2),
+        "tp-2mb": stack(tp=2, microbatches=2),
+        "ep-moe": stack(moe=True, ep=2),
     }
 
 
@@ -50,7 +54,7 @@ def row(build: Callable[[], GraphModule], streams: int, model: msched.CostModel)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=2, help="layers of the TP stacks")
+    parser.add_argument("--layers", type=int, default=2, help="layers of each stack")
     parser.add_argument("--streams", default="1,2,3", help="stream counts, comma-separated")
     parser.add_argument("--comm", type=float, default=msched.DefaultCostModel.COMM)
     args = parser.parse_args()

@@ -94,7 +94,7 @@ def check_cost_model(cost_model: object) -> None:
 
 
 #: What `op_category` returns, in the order pictures list the kinds.
-OP_CATEGORIES = ("matmul", "attention", "moe", "capture / in-place", "other")
+OP_CATEGORIES = ("matmul", "attention", "moe", "capture / in-place", "comm", "other")
 # The words of an op's name that make it one of the kinds, tested in this order.
 _NAME_WORDS = (
     ("moe", ("moe", "expert")),
@@ -134,10 +134,12 @@ def _name_category(name: str) -> str | None:
 def op_category(node: Node) -> str:
     """The kind of op ``node`` runs: one of `OP_CATEGORIES`.
 
-    Graph inputs and ``output`` are ``"other"``.  A ``call_module`` node is classified by
-    the module's type, never by its path name (``q_proj`` and ``fc1`` are ``nn.Linear``
-    layers): linear and convolution layers are ``"matmul"``, ``nn.MultiheadAttention`` and
-    transformer layers ``"attention"``, other ``torch.nn`` modules ``"other"``, a module
+    Graph inputs and ``output`` are ``"other"``.  A collective or a ``wait_tensor``
+    (`msched.analysis.collectives`) is ``"comm"``, whatever its name says.  A
+    ``call_module`` node is classified by the module's type, never by its path name
+    (``q_proj`` and ``fc1`` are ``nn.Linear`` layers): linear and convolution layers are
+    ``"matmul"``, ``nn.MultiheadAttention`` and transformer layers ``"attention"``, other
+    ``torch.nn`` modules ``"other"``, a module
     type of the user's own by the words of its class name, and a module the graph's owner
     does not have ``"other"``.  Otherwise the op's name (without namespace
     and overload, lower case) decides: ``moe`` / ``expert`` is ``"moe"``; ``attention`` /
@@ -152,6 +154,8 @@ def op_category(node: Node) -> str:
         module = called_module(node)
         kind = module_kind(module) if module is not None else None
         return kind or "other"
+    if is_wait(node) or collective_of(node) is not None:
+        return "comm"
     kind = _name_category(_op_name(node))
     if kind is not None:
         return kind
@@ -185,6 +189,10 @@ def _is_free(node: Node) -> bool:
     return _free_target(node) or _symbolic_value(node)
 
 
+#: `DefaultCostModel.COMM`: what a collective's communication costs unless ``comm`` is given.
+COMM_DEFAULT = 30.0
+
+
 class DefaultCostModel:
     """The table model by `op_category`: matmul-like and attention 10, MoE-like 20,
     views/getitem/symint/metadata reads and modules that run no kernel 0, else 1.
@@ -205,10 +213,11 @@ class DefaultCostModel:
         "attention": 10.0,
         "matmul": 10.0,
         "capture / in-place": 1.0,
+        "comm": COMM_DEFAULT,  # a collective costs ``comm`` (this unless given), a wait 0
         "other": 1.0,
     }
     #: What a collective costs unless ``comm`` is given (see the class docstring).
-    COMM = 30.0
+    COMM = COMM_DEFAULT
 
     def __init__(self, comm: float | None = None) -> None:
         self._by_target: dict[Any, float] = {}

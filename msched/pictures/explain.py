@@ -8,6 +8,7 @@ which wait orders each of them before the node comes from the view (`joining_wai
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from torch.fx import Node
@@ -134,8 +135,10 @@ def _busy_at(sched: Schedule, stream: int, t: float) -> Node | None:
 
 def _dependency_lines(e: _Explained, node: Node) -> list[str]:
     s = e.stream(node)
+    deps = sorted(e.deps[node.name].items(), key=lambda kv: e.host(kv[0]))
+    width = _reasons_width(reasons for _, reasons in deps)
     lines = []
-    for name, reasons in sorted(e.deps[node.name].items(), key=lambda kv: e.host(kv[0])):
+    for name, reasons in deps:
         dep = e.nodes[name]
         ds = e.stream(dep)
         if ds == s:
@@ -143,8 +146,13 @@ def _dependency_lines(e: _Explained, node: Node) -> list[str]:
         else:
             wait = joining_wait(e.v, dep, s)
             how = f"joined by {_wait_name(e, wait)}" if wait is not None else "NOT JOINED"
-        lines.append(f"  {name:<24} stream {ds}  {_reasons(reasons):<9} {how}")
+        lines.append(f"  {name:<24} stream {ds}  {_reasons(reasons):<{width}} {how}")
     return lines or ["  (none)"]
+
+
+def _reasons_width(reasons: Iterable[set[str]]) -> int:
+    """The width of a block's reasons column: 9, or its longest entry (``collective``)."""
+    return max([9, *(len(_reasons(r)) for r in reasons)])
 
 
 def _wait_name(e: _Explained, wait: Step) -> str:
@@ -232,6 +240,7 @@ def _wait_lines(e: _Explained, node: Node) -> list[str]:
 
 def _dependent_lines(e: _Explained, node: Node) -> list[str]:
     s = e.stream(node)
+    width = _reasons_width(deps[node.name] for deps in e.deps.values() if node.name in deps)
     lines = []
     for name, deps in e.deps.items():
         reasons = deps.get(node.name)
@@ -243,7 +252,7 @@ def _dependent_lines(e: _Explained, node: Node) -> list[str]:
             how = "same stream"
         else:
             how = f"joined by {_wait_name(e, wait)}" if wait is not None else "NOT JOINED"
-        lines.append(f"  {name:<24} stream {us}  {_reasons(reasons):<9} {how}")
+        lines.append(f"  {name:<24} stream {us}  {_reasons(reasons):<{width}} {how}")
         if "collective" in reasons:
             lines.append(
                 f"    collective dependency: {name} is the next collective; msched keeps the "

@@ -31,9 +31,10 @@ CATEGORY_COLOURS = {
     "attention": "#0072B2",
     "moe": "#E69F00",
     "capture / in-place": "#D55E00",
+    "comm": "#009E73",  # the communication bars' colour (`_COMM_STYLE`)
     "other": "#C8C8C8",
 }
-_DARK = ("attention", "capture / in-place")
+_DARK = ("attention", "capture / in-place", "comm")
 _LEFT, _TOP, _LANE, _BOX, _CHAR = 130, 64, 46, 30, 6.1
 _LEGEND_ROW = 18  # a second legend row: the stream-wide joins and host barriers
 
@@ -298,11 +299,17 @@ def _svg_highlight(v: View, f: _Frame, groups: list[tuple[str, ...]]) -> list[st
 
 
 def _svg_legend(
-    f: _Frame, y: float, joins: tuple[StreamJoin, ...], comms: tuple[Communication, ...] = ()
+    f: _Frame,
+    y: float,
+    joins: tuple[StreamJoin, ...],
+    comms: tuple[Communication, ...] = (),
+    collectives: bool = False,
 ) -> list[str]:
     out = []
     x = float(_LEFT)
     for cat, colour in CATEGORY_COLOURS.items():
+        if cat == "comm" and not collectives:
+            continue  # a graph without collectives draws the legend it always had
         out.append(f'<rect x="{x:.1f}" y="{y - 10}" width="14" height="12" fill="{colour}"/>')
         out.append(f'<text x="{x + 19:.1f}" y="{y}" class="legend">{_xml(cat)}</text>')
         x += 30 + len(cat) * 6.6
@@ -377,6 +384,9 @@ def render_svg(
             body += _svg_box(v, f, node)
     body += _svg_comms(v, f, comms) + _svg_links(v, f) + _svg_joins(v, f, joins)
     body += _svg_highlight(v, f, [tuple(group) for group in highlight])
-    body += _svg_legend(f, f.lane_top(v.num_streams) + 48, joins, comms)
+    collectives = bool(comms) or any(
+        op_category(step.node) == "comm" for step in v.program.compute_steps
+    )
+    body += _svg_legend(f, f.lane_top(v.num_streams) + 48, joins, comms, collectives)
     body.append("</svg>")
     return "\n".join(body) + "\n"

@@ -14,6 +14,16 @@ early in turn, seeded random ones) against a reference run and stops at the firs
 other numbers, so a race that some order shows is shown.  A node that fails on the garbage a
 race handed it (an index out of range) ends the run as a finding, ``Execution.failure``,
 instead of an exception from the kernel.
+
+Collectives run as they come in the order, inside the caller's process group: every order
+respects happens-before, and a schedule that verifies orders each collective after the one
+before it (the Dag's ``collective`` chain, emitted as stream order or an event), so every
+order issues them in the original order, alike on every rank; a ``wait_tensor`` runs after
+its collective (its data dependency).  An order depends only on the graph and the seed, so
+the ranks agree; only ``order="search"``, which stops at the first order that differs (or a
+run that fails on garbage), can stop after different trials on different ranks when a race
+shows on one rank only, and the ranks then wait for each other: on ranks, search only
+schedules that verify.
 """
 
 from __future__ import annotations

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from torch.fx import Graph, GraphModule, Node
 
 import msched
+from msched.analysis.collectives import collectives_in
 from msched.analysis.dag import WAW, build_dag
 from msched.analysis.nodes import node_named
 from msched.proof.dialects import interpret
@@ -35,6 +37,8 @@ FAULTS = (
     "swap-writes",
     "duplicate-node",
     "delete-node",
+    "swap-collectives",
+    "unorder-collectives",
 )
 _INPUT_OPS = ("placeholder", "get_attr")
 _STREAM_OPS = set(msched.ops.STREAM_OPS)
@@ -426,6 +430,131 @@ def delete_node(gm: GraphModule, original: GraphModule, limit: int | None) -> It
         yield Fault("delete-node", site, _apply(gm, site, delete), frozenset({"missing-node"}))
 
 
+# -- collectives ---------------------------------------------------------------------------
+
+
+def independent_pairs(gm: GraphModule) -> list[tuple[Node, Node]]:
+    """Consecutive collectives of ``gm`` (host order) where the second does not use the
+    first's result: one per micro-batch, which a schedule could swap or run apart."""
+    issued = [c.node for c in collectives_in(gm.graph)]
+    return [(a, b) for a, b in zip(issued, issued[1:], strict=False) if a not in _ancestors(b)]
+
+
+def _ancestors(node: Node) -> set[Node]:
+    seen: set[Node] = set()
+    todo = list(node.all_input_nodes)
+    while todo:
+        n = todo.pop()
+        if n not in seen:
+            seen.add(n)
+            todo += n.all_input_nodes
+    return seen
+
+
+def _after(gm: GraphModule, anchor: Node, target: Any, *args: Any) -> Node:
+    with gm.graph.inserting_after(anchor):
+        return gm.graph.call_function(target, args)
+
+
+def issue_after(gm: GraphModule, node: Node, anchor: Node) -> None:
+    """Move ``node`` right after ``anchor`` in host order, still on its own stream."""
+    stream_of = interpret(gm).stream_of
+    home, there = stream_of[node], stream_of[anchor]
+    anchor.append(node)
+    if home != there:
+        with gm.graph.inserting_before(node):
+            gm.graph.call_function(msched.ops.set_stream, (home,))
+        _after(gm, node, msched.ops.set_stream, there)
+    gm.recompile()
+
+
+def on_another_stream(gm: GraphModule, node: Node, joined_after: Node, stream: int) -> None:
+    """Issue ``node`` on ``stream``, which first waits for an event recorded right after
+    ``joined_after``; ``node``'s stream waits for ``node`` right after it.  What ``node``
+    allocates is recorded for every other stream (it now comes from ``stream``'s pool)."""
+    program = interpret(gm)
+    home = program.stream_of[node]
+    assert home != stream
+    start = _never_recorded(gm)
+    back = start + 1
+    _after(gm, joined_after, msched.ops.record_event, start)
+    with gm.graph.inserting_before(node):
+        gm.graph.call_function(msched.ops.set_stream, (stream,))
+        gm.graph.call_function(msched.ops.wait_event, (start,))
+    at = node
+    for other in range(max(program.num_streams, stream + 1)):
+        if other != stream:
+            at = _after(gm, at, msched.ops.record_stream, node, other)
+    at = _after(gm, at, msched.ops.record_event, back)
+    at = _after(gm, at, msched.ops.set_stream, home)
+    _after(gm, at, msched.ops.wait_event, back)
+    gm.recompile()
+
+
+def drop_waits_between(gm: GraphModule, a: Node, b: Node) -> list[int]:
+    """Drop the waits of ``b``'s stream, between ``a`` and ``b`` in host order, for events
+    recorded on ``a``'s stream after ``a``; return those events."""
+    stream_of = interpret(gm).stream_of
+    nodes = list(gm.graph.nodes)
+    between = nodes[nodes.index(a) + 1 : nodes.index(b)]
+    recorded = [
+        int(n.args[0])  # type: ignore[call-overload]
+        for n in between
+        if n.target is msched.ops.record_event and stream_of[n] == stream_of[a]
+    ]
+    dropped = []
+    for node in between:
+        if node.target is msched.ops.set_stream and node.args[0] == stream_of[b]:
+            waits = _switch_waits(node)
+            dropped += [e for e in waits if e in recorded]
+            _set_waits(node, [e for e in waits if e not in recorded])
+    gm.recompile()
+    return dropped
+
+
+def previous_on_stream(gm: GraphModule, node: Node) -> Node:
+    """The compute node issued last on ``node``'s stream before it."""
+    stream_of = interpret(gm).stream_of
+    order = [n for n in gm.graph.nodes if n.op == "call_function" and _is_compute(n)]
+    before = order[: order.index(node)]
+    return next(n for n in reversed(before) if stream_of[n] == stream_of[node])
+
+
+def unorder(gm: GraphModule, a: Node, b: Node) -> bool:
+    """Leave nothing ordering collective ``b`` after ``a``: on one stream, move ``b`` to
+    another one that joined ``a``'s just before ``a``; on two, drop the waits between them
+    for ``a``'s stream.  False when there is neither another stream nor such a wait."""
+    program = interpret(gm)
+    if program.stream_of[a] == program.stream_of[b]:
+        stream = max(1, program.num_streams - 1)
+        if stream == program.stream_of[a]:
+            stream = 0
+        on_another_stream(gm, b, previous_on_stream(gm, a), stream)
+        return True
+    return bool(drop_waits_between(gm, a, b))
+
+
+def swap_collectives(gm: GraphModule, original: GraphModule, limit: int | None) -> Iterator[Fault]:
+    """Issue the first of two independent consecutive collectives after the second."""
+    for key in _spread([f"{a.name}|{b.name}" for a, b in independent_pairs(gm)], limit):
+        a_name, b_name = key.split("|")
+        faulty = copy_module(gm)
+        issue_after(faulty, _node(faulty, a_name), _node(faulty, b_name))
+        yield Fault("swap-collectives", key, faulty, frozenset({"collective-order"}))
+
+
+def unorder_collectives(
+    gm: GraphModule, original: GraphModule, limit: int | None
+) -> Iterator[Fault]:
+    """Leave nothing ordering the second of two independent consecutive collectives after
+    the first (`unorder`)."""
+    for key in _spread([f"{a.name}|{b.name}" for a, b in independent_pairs(gm)], limit):
+        a_name, b_name = key.split("|")
+        faulty = copy_module(gm)
+        if unorder(faulty, _node(faulty, a_name), _node(faulty, b_name)):
+            yield Fault("unorder-collectives", key, faulty, frozenset({"collective-order"}))
+
+
 INJECTORS: dict[str, Callable[[GraphModule, GraphModule, int | None], Iterator[Fault]]] = {
     "drop-wait": drop_wait,
     "move-wait": move_wait,
@@ -439,6 +568,8 @@ INJECTORS: dict[str, Callable[[GraphModule, GraphModule, int | None], Iterator[F
     "swap-writes": swap_writes,
     "duplicate-node": duplicate_node,
     "delete-node": delete_node,
+    "swap-collectives": swap_collectives,
+    "unorder-collectives": unorder_collectives,
 }
 
 

@@ -7,11 +7,11 @@ import json
 import msched
 from msched.analysis.nodes import node_named
 from msched.pictures.explain import explain_lines
-from msched.pictures.svg import render_svg
+from msched.pictures.svg import CATEGORY_COLOURS, render_svg
 from msched.pictures.trace import trace_data
 from msched.testing.decoders import decoder_stack
 
-from ..proof.test_collectives_verify import two_microbatches
+from ..sharded_graphs import two_microbatches
 
 
 def test_explain_names_the_group_the_wait_and_the_chain() -> None:
@@ -46,3 +46,23 @@ def test_pictures_without_collectives_have_no_communication() -> None:
     sched = msched.schedule(decoder_stack(2, (1,)).gm, 2)
     assert "comm" not in render_svg(sched)
     assert not [e for e in trace_data(sched)["traceEvents"] if e.get("cat") == "comm"]
+
+
+def test_explain_widens_the_reasons_column_for_collective() -> None:
+    """ "collective" is 10 characters: the reasons column of that block grows to fit it, so
+    the last column starts at one place on every row."""
+    sched = msched.schedule(two_microbatches(), 2)
+    deps = explain_lines(sched, node_named(sched.gm, "ar_b"))
+    rows = [next(line for line in deps if line.startswith(f"  {n} ")) for n in ("ar_a", "lin1_b")]
+    assert "  collective " in rows[0] and "  data " in rows[1]
+    starts = {row.index(how) for row, how in zip(rows, ("collective", "data"), strict=True)}
+    ends = {len(row) - len(row.split(maxsplit=4)[4]) for row in rows}
+    assert len(starts) == 1 and len(ends) == 1, rows
+
+
+def test_collectives_have_a_colour_and_a_legend_entry_only_where_there_are_some() -> None:
+    sched = msched.schedule(two_microbatches(), 2)
+    svg = render_svg(sched)
+    assert f'fill="{CATEGORY_COLOURS["comm"]}"/>' in svg and ">comm</text>" in svg
+    plain = msched.schedule(decoder_stack(2, (0, 1)).gm, 2)
+    assert ">comm</text>" not in render_svg(plain)

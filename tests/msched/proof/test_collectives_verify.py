@@ -24,6 +24,7 @@ from msched.proof.collective_order import COLLECTIVE_KINDS
 from msched.proof.verifier import VIOLATION_KINDS, Report
 
 from ..scheduled import Scheduled, aten, unscheduled
+from ..sharded_graphs import two_microbatches
 
 FC = torch.ops._c10d_functional
 
@@ -45,20 +46,6 @@ def engine_collective() -> Iterator[object]:
     yield op
     REGISTERED.pop(op, None)
     _OP_INFO_CACHE.clear()
-
-
-def two_microbatches(groups: tuple[str, str] = ("0", "0")) -> GraphModule:
-    """Micro-batches a and b, each ``linear -> all_reduce -> wait_tensor -> linear``."""
-    g = Graph()
-    xa, xb, w = g.placeholder("xa"), g.placeholder("xb"), g.placeholder("w")
-    outs = []
-    for tag, x, group in (("a", xa, groups[0]), ("b", xb, groups[1])):
-        h = g.create_node("call_function", aten.mm.default, (x, w), name=f"lin1_{tag}")
-        r = g.create_node("call_function", FC.all_reduce, (h, "sum", group), name=f"ar_{tag}")
-        t = g.create_node("call_function", FC.wait_tensor, (r,), name=f"wait_{tag}")
-        outs.append(g.create_node("call_function", aten.mm.default, (t, w), name=f"lin2_{tag}"))
-    g.output(tuple(outs))
-    return GraphModule(torch.nn.Module(), g)
 
 
 def kinds(report: Report) -> list[tuple[str, str | None]]:

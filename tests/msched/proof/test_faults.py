@@ -30,7 +30,8 @@ from ..faults import (
 # Faults whose effect shows in the scheduled graph alone; the rest need ``original``.
 WITHOUT_ORIGINAL = ("drop-wait", "move-wait", "unrecorded-switch-wait", "drop-switch-record",
                     "move-switch-record", "capture-after-output", "move-stream",
-                    "drop-record-stream", "unrecorded-wait")  # fmt: skip
+                    "drop-record-stream", "unrecorded-wait",
+                    "unorder-collectives")  # fmt: skip
 CROSS_CHECKED = ("drop-wait", "move-wait", "move-switch-record", "move-stream")
 
 
@@ -103,21 +104,34 @@ def format_table(table: dict[str, list[int]]) -> str:
     return "\n".join(f"{k:<22} {d:>5} / {i:<5} detected" for k, (i, d) in table.items())
 
 
+#: The stacks of the table; ``tp`` is tensor parallel (rank 0 of 2) with two micro-batches,
+#: whose all-reduces the collective faults swap and unorder.
+STACKS = {
+    "dense": {"moe": False},
+    "moe": {"moe": True},
+    "tp": {"tp": 2, "microbatches": 2, "rank": 0},
+}
+#: Faults that need collectives in the graph.
+COLLECTIVE_FAULTS = {"swap-collectives", "unorder-collectives"}
+
+
 # Two streams in the default tier (the MoE stack has record_streams to drop, the dense one
 # none), three in the slow tier: each stack costs tens of seconds.
 @pytest.mark.parametrize(
-    ("moe", "streams"),
+    ("stack_kind", "streams"),
     [
-        pytest.param(False, 2, id="dense-2"),
-        pytest.param(False, 3, id="dense-3", marks=pytest.mark.slow),
-        pytest.param(True, 2, id="moe-2"),
-        pytest.param(True, 3, id="moe-3", marks=pytest.mark.slow),
+        pytest.param("dense", 2, id="dense-2"),
+        pytest.param("dense", 3, id="dense-3", marks=pytest.mark.slow),
+        pytest.param("moe", 2, id="moe-2"),
+        pytest.param("moe", 3, id="moe-3", marks=pytest.mark.slow),
+        pytest.param("tp", 2, id="tp-2"),
+        pytest.param("tp", 3, id="tp-3", marks=pytest.mark.slow),
     ],
 )
 def test_every_fault_is_detected_on_decoder_stacks(
-    moe: bool, streams: int, record_property: Callable[[str, object], None]
+    stack_kind: str, streams: int, record_property: Callable[[str, object], None]
 ) -> None:
-    stack = decoder_stack(6, (1, 3, 5), moe=moe)
+    stack = decoder_stack(6, (1, 3, 5), **STACKS[stack_kind])
     sched = msched.schedule(stack.gm, streams)
     assert msched.verify(stack.gm, original=sched.original).ok
     table: dict[str, list[int]] = {}
@@ -127,12 +141,13 @@ def test_every_fault_is_detected_on_decoder_stacks(
     print(format_table(table))
     assert not redundant_waits, f"the emitter emitted waits another wait covers: {redundant_waits}"
     assert not missed, missed
-    assert_every_fault_injected(table)
+    assert_every_fault_injected(table, collectives=stack_kind == "tp")
 
 
-def assert_every_fault_injected(table: dict[str, list[int]]) -> None:
-    # A graph may need no record_stream at all (see msched.analysis.lifetimes).
-    optional = {"drop-record-stream"}
+def assert_every_fault_injected(table: dict[str, list[int]], collectives: bool = False) -> None:
+    # A graph may need no record_stream at all (see msched.analysis.lifetimes); only a
+    # sharded one has collectives.
+    optional = {"drop-record-stream"} | (set() if collectives else COLLECTIVE_FAULTS)
     assert all(table[k][0] for k in FAULTS if k not in optional), table
 
 

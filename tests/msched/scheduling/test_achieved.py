@@ -10,7 +10,7 @@ from torch.fx import Graph, GraphModule
 import msched
 import msched.testing.strategies as mst
 from msched.analysis.collectives import collectives_in
-from msched.testing import families, sharded
+from msched.testing import families
 from msched.testing.decoders import decoder_stack
 
 aten = torch.ops.aten
@@ -86,10 +86,10 @@ def test_decoder_stacks_run_as_fast_as_claimed(layers: int, moe: bool, streams: 
 def test_sharded_stacks_run_as_fast_as_claimed(
     layers: int, microbatches: int, streams: int, comm: int
 ) -> None:
-    """With collectives (`msched.testing.sharded`): communication off the streams, one
+    """With collectives (a tensor-parallel `decoder_stack`): communication off the streams, one
     channel per group, waits after it -- the simulator and the scheduler agree, and the
     collectives keep their original host order."""
-    gm = sharded.tp_stack(layers, microbatches)
+    gm = decoder_stack(layers, (0,), tp=2, microbatches=microbatches, rank=0).gm
     model = msched.DefaultCostModel(comm=comm)
     sched = msched.schedule(gm, streams, cost_model=model)
     assert msched.simulate(gm, model).makespan == sched.makespan >= sched.lower_bound

@@ -1,7 +1,9 @@
 """Communication is planned: collectives issue early, waits go late, compute runs under them.
 
-The graphs (`msched.testing.sharded`) use PyTorch's functional collectives on group ``"0"``
-and the default cost model: a matmul 10, a collective's communication 30, a wait 0.
+The graphs use PyTorch's functional collectives on group ``"0"``: issue 34's two micro-batches
+(`tests.msched.sharded_graphs`) and the sharded decoder stacks (`decoder_stack` with ``tp=2``
+or ``ep=2``, rank 0, two layers, captures on); the default cost model: a matmul 10, a
+collective's communication 30, a wait 0.
 """
 
 from __future__ import annotations
@@ -11,11 +13,30 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 
 import msched
-from msched.analysis.collectives import collectives_in
-from msched.testing import sharded
+from msched.analysis.collectives import collectives_in, waits_of
+from msched.models.decoders import decoder_stack
+
+from ..sharded_graphs import two_microbatches
 
 aten = torch.ops.aten
 FC = torch.ops._c10d_functional
+
+
+def sharded(**kwargs: object) -> GraphModule:
+    """A two-layer sharded decoder stack on rank 0, both layers captured."""
+    return decoder_stack(2, (0, 1), rank=0, **kwargs).gm  # type: ignore[arg-type]
+
+
+def tp() -> GraphModule:
+    return sharded(tp=2)
+
+
+def tp_microbatches() -> GraphModule:
+    return sharded(tp=2, microbatches=2)
+
+
+def ep() -> GraphModule:
+    return sharded(moe=True, ep=2)
 
 
 def _names(gm: GraphModule) -> list[str]:
@@ -37,13 +58,13 @@ def _scheduled(gm: GraphModule, streams: int) -> tuple[msched.Schedule, float]:
 
 
 def test_two_microbatches_overlap_communication_on_one_and_two_streams() -> None:
-    one, serial = _scheduled(sharded.two_microbatches(), 1)
-    two, _ = _scheduled(sharded.two_microbatches(), 2)
+    one, serial = _scheduled(two_microbatches(), 1)
+    two, _ = _scheduled(two_microbatches(), 2)
     assert serial == 100.0  # lin1 10, all_reduce 30, lin2 10; twice, one after the other
     assert one.makespan == two.makespan == 80.0 < serial
     order = _names(one.gm)
     # on one stream, B's first linear is issued between A's all-reduce and A's wait
-    assert order.index("all_reduce_a") < order.index("lin1_b") < order.index("wait_a")
+    assert order.index("ar_a") < order.index("lin1_b") < order.index("wait_a")
     assert one.num_events == 0 and "set_stream" not in " ".join(order)
 
 
@@ -60,22 +81,26 @@ def test_one_stream_keeps_the_original_order_without_collectives() -> None:
 
 
 def test_an_expert_parallel_moe_runs_its_shared_expert_under_the_dispatch() -> None:
-    sched, serial = _scheduled(sharded.ep_moe(), 1)
-    order = _names(sched.gm)
-    dispatch, wait = order.index("all_to_all_dispatch"), order.index("wait_dispatch")
-    assert all(dispatch < order.index(n) < wait for n in ("shared_up", "shared_down"))
+    """The shared expert reads only the layer's normed input: its gate and up projections
+    (reading weights ``l0_shared_wg`` and ``l0_shared_wu``) run under layer 0's dispatch."""
+    sched, serial = _scheduled(ep(), 1)
+    order = list(sched.gm.graph.nodes)
+    dispatch = collectives_in(sched.gm.graph)[0].node
+    (wait,) = waits_of(sched.gm.graph)[dispatch]
+    shared = [
+        n
+        for n in order
+        if any(str(w.target) in ("l0_shared_wg", "l0_shared_wu") for w in n.all_input_nodes)
+    ]
+    assert len(shared) == 2
+    assert all(order.index(dispatch) < order.index(n) < order.index(wait) for n in shared)
     assert sched.makespan < serial
 
 
 @pytest.mark.parametrize("streams", [1, 2, 3])
 @pytest.mark.parametrize(
     "build",
-    [
-        sharded.two_microbatches,
-        sharded.ep_moe,
-        lambda: sharded.tp_stack(2),
-        lambda: sharded.tp_stack(2, microbatches=2),
-    ],
+    [two_microbatches, ep, tp, tp_microbatches],
     ids=["microbatches", "ep-moe", "tp", "tp-two-microbatches"],
 )
 def test_sharded_graphs_run_as_fast_as_claimed(build: object, streams: int) -> None:
@@ -86,7 +111,7 @@ def test_sharded_graphs_run_as_fast_as_claimed(build: object, streams: int) -> N
 
 
 def test_more_streams_are_never_slower_on_the_sharded_graphs() -> None:
-    for build in (sharded.two_microbatches, sharded.ep_moe, lambda: sharded.tp_stack(2, 2)):
+    for build in (two_microbatches, ep, tp_microbatches):
         spans = [msched.schedule(build(), k).makespan for k in (1, 2, 3)]
         assert spans == sorted(spans, reverse=True), spans
 
@@ -139,16 +164,16 @@ def test_a_synchronous_collective_runs_its_communication_on_its_stream() -> None
 def test_the_exact_mode_says_it_does_not_model_communication() -> None:
     pytest.importorskip("ortools")
     with pytest.raises(msched.InvalidArgumentError, match="asynchronous communication"):
-        msched.schedule(sharded.two_microbatches(), 2, effort="optimal")
+        msched.schedule(two_microbatches(), 2, effort="optimal")
 
 
 def test_the_assignment_says_when_each_communication_runs() -> None:
-    sched = msched.schedule(sharded.two_microbatches(), 2)
+    sched = msched.schedule(two_microbatches(), 2)
     a = sched.assignment
     assert a is not None
     spans = {n.name: span for n, span in a.communication.items()}
-    assert spans == {"all_reduce_a": (10.0, 40.0), "all_reduce_b": (40.0, 70.0)}
-    assert [n.name for n in a.collectives] == ["all_reduce_a", "all_reduce_b"]
+    assert spans == {"ar_a": (10.0, 40.0), "ar_b": (40.0, 70.0)}
+    assert [n.name for n in a.collectives] == ["ar_a", "ar_b"]
     waits: dict[str, Node] = {n.name: n for n in a.order if n.name.startswith("wait")}
     assert a.start[waits["wait_a"]] == 40.0 and a.start[waits["wait_b"]] == 70.0
     assert msched.simulate(sched.gm).communication == a.communication
