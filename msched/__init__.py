@@ -48,8 +48,7 @@ from msched.proof.executor import Execution, execute
 from msched.proof.timeline import Timeline, simulate
 from msched.proof.verifier import Report, Violation, verify
 from msched.scheduling.exact import OptimalMakespan, optimal_makespan
-from msched.scheduling.pipeline import Schedule, schedule
-from msched.scheduling.readback import read_schedule
+from msched.scheduling.pipeline import Schedule, read_schedule, schedule
 
 # A torch outside the tested range warns once, naming both (msched._torch_internals).
 warn_if_untested()

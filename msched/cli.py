@@ -2,7 +2,7 @@
 
 ``demo``, ``schedule``, ``svg`` and ``explain`` build a synthetic decoder stack
 (`msched.models.decoders.decoder_stack`), or load the user's own graph (``--graph``:
-`load_graph`), schedule it with `msched.schedule` and read the result with
+`msched.models.loading.load_graph`), schedule it with `msched.schedule` and read the result with
 `msched.pictures` (the renderers, and `msched.pictures.explain` for ``explain``).
 ``diff`` compares two schedules, each a file (canonical text or JSON) or such a stack
 (`msched.pictures.diff`), and exits 0 when they are the same, 1 when they differ.  Wrong
@@ -15,7 +15,6 @@ the graph is big, so piped output stays clean.
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import textwrap
 import time
@@ -24,30 +23,34 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-import torch
-from torch.fx import GraphModule, Node
-
 import msched
-from msched.analysis.cost import CostModel, DefaultCostModel, RooflineCostModel, op_category
+from msched.analysis.cost import CostModel, DefaultCostModel, RooflineCostModel
 from msched.analysis.nodes import node_named
 from msched.errors import (
     InvalidArgumentError,
     MschedError,
     ScheduleVerificationError,
     UsageError,
+    one_line,
 )
 from msched.limits import MAX_STREAMS, check_num_streams, positive_int
 from msched.models.decoders import DecoderStack, capture_layer_problems, decoder_stack
+from msched.models.loading import load_graph
+from msched.pictures.demo import (
+    DEMO_CAPTURES,
+    DEMO_LAYERS,
+    DEMO_STREAMS,
+    DemoRow,
+    demo_lines,
+    demo_pictures,
+)
 from msched.pictures.diff import ParsedSchedule, parse_schedule, parsed, schedule_diff
 from msched.pictures.dot import render_dot
 from msched.pictures.explain import explain_lines
 from msched.pictures.json_doc import render_json
-from msched.pictures.labels import format_number
 from msched.pictures.svg import render_svg
-from msched.pictures.text import render_text, step_text
+from msched.pictures.text import render_text
 from msched.pictures.trace import render_perfetto
-from msched.pictures.view import View, host_index, joining_wait, view_of
-from msched.proof.program import Step
 from msched.proof.verifier import Report
 from msched.scheduling.pipeline import Schedule
 
@@ -77,9 +80,6 @@ class StackOptions:
 DEFAULT_STACK = StackOptions()
 STACK_OPTIONS = tuple(f.name for f in fields(StackOptions))
 COST_MODELS = ("table", "roofline")
-# The demo's stack is the default stack with MoE blocks, on 1, 2 and 3 streams.
-DEMO_LAYERS, DEMO_CAPTURES = DEFAULT_STACK.layers, DEFAULT_STACK.captures
-DEMO_STREAMS, DEMO_LANE_LAYER = (1, 2, 3), 5
 
 
 class _Parser(argparse.ArgumentParser):
@@ -392,139 +392,22 @@ def verify_schedule(sched: Schedule) -> Report:
 
 
 # ---------------------------------------------------------------------------------------------
-# demo (explain's questions live in msched.pictures.explain)
+# demo (its report: msched.pictures.demo)
 
 
-@dataclass(frozen=True)
-class _DemoRow:
-    streams: int
-    run: Scheduled
-    ok: bool
-    problems: tuple[str, ...]
-
-
-def _demo_rows(progress: Progress) -> list[_DemoRow]:
+def _demo_rows(progress: Progress) -> list[DemoRow]:
     rows = []
     for streams in DEMO_STREAMS:
-        stack = replace(DEFAULT_STACK, moe=True, streams=streams)
-        run = build_stack(stack, progress)
+        options = StackOptions(DEMO_LAYERS, DEMO_CAPTURES, moe=True, streams=streams)
+        run = build_stack(options, progress)
+        assert run.stack is not None
         progress.step(f"verifying the {streams}-stream schedule")
         report = verify_schedule(run.schedule)
         problems = tuple(f"{x.kind}: {x.message}" for x in report.violations)
-        rows.append(_DemoRow(streams, run, bool(report.ok), problems))
+        ok = bool(report.ok)
+        row = DemoRow(streams, run.stack, run.schedule, run.cost_model, ok, problems)
+        rows.append(row)
     return rows
-
-
-def _table_lines(rows: list[_DemoRow]) -> list[str]:
-    base = rows[0].run.schedule.makespan
-    head = (
-        "streams",
-        "nodes",
-        "events",
-        "waits",
-        "makespan",
-        "lower bound",
-        "speed-up",
-        "verified",
-    )
-    lines = ["  ".join(f"{h:>11}" if i >= 5 else f"{h:>8}" for i, h in enumerate(head))]
-    for row in rows:
-        s = row.run.schedule
-        cells = (
-            row.streams,
-            len(s.gm.graph.nodes),
-            s.num_events,
-            s.num_waits,
-            format_number(s.makespan),
-            format_number(s.lower_bound),
-            f"{base / s.makespan:.2f}x" if s.makespan else "-",
-            "ok" if row.ok else f"FAILED ({len(row.problems)})",
-        )
-        lines.append("  ".join(f"{c:>11}" if i >= 5 else f"{c:>8}" for i, c in enumerate(cells)))
-    return lines
-
-
-def _layer_members(run: Scheduled, layer: int) -> set[str]:
-    """Names of the ops of decoder layer ``layer`` (its weights left out), capture included."""
-    assert run.stack is not None
-    layer_of = run.stack.layer_of
-    nodes = run.schedule.gm.graph.nodes
-    return {n.name for n in nodes if n.op == "call_function" and layer_of.get(n.name) == layer}
-
-
-def _layer_steps(v: View, members: set[str]) -> list[Step]:
-    """The host-order steps of a layer: its compute nodes, the waits right before them and
-    the records right after them (on their stream)."""
-    steps = v.program.steps
-    keep: list[Step] = []
-    last_compute: dict[int, bool] = {}
-    pending: dict[int, list[Step]] = {}
-    for step in steps:
-        s = step.stream
-        if step.kind == "compute":
-            inside = step.node.name in members
-            if inside:
-                keep += pending.get(s, [])
-                keep.append(step)
-            pending[s], last_compute[s] = [], inside
-        elif step.kind == "record_event" and last_compute.get(s):
-            keep.append(step)
-        elif step.kind == "wait_event":
-            pending.setdefault(s, []).append(step)
-    return keep
-
-
-def _compact_lines(v: View, steps: list[Step]) -> list[str]:
-    """Lane lines for the demo: compute nodes with kind and times, records and waits; a run of
-    elementwise ops on one stream is folded into one line."""
-    lines: list[str] = []
-    run: list[Node] = []
-
-    def flush() -> None:
-        if run:
-            s = v.program.stream_of[run[0]]
-            many = f"{run[0].name} .. {run[-1].name}  ({len(run)} elementwise ops)"
-            lines.append(f"s{s} | {'  ' * s}{run[0].name if len(run) == 1 else many}")
-            run.clear()
-
-    for step in steps:
-        node = step.node
-        if step.kind in ("set_stream", "record_stream"):
-            continue
-        if step.kind == "compute" and op_category(node) == "other":
-            if run and v.program.stream_of[run[0]] != step.stream:
-                flush()
-            run.append(node)
-            continue
-        flush()
-        text = step_text(step, v.names)
-        if step.kind == "compute":
-            times = f"{format_number(v.start[node])}-{format_number(v.finish[node])}"
-            text = f"{node.name}  ({op_category(node)}, {times})"
-        lines.append(f"s{step.stream} | {'  ' * step.stream}{text}")
-    flush()
-    return lines
-
-
-def _capture_lines(rows: list[_DemoRow]) -> list[str]:
-    """One line per (stream count, capture): its stream, host position and the joining wait."""
-    lines = ["streams  capture     stream  host step  steps before output  joined on stream 0 by"]
-    for row in rows:
-        v = view_of(row.run.schedule)
-        out_at = host_index(v, v.program.output)
-        assert row.run.stack is not None
-        for cap in row.run.stack.captures:
-            at, s = host_index(v, cap), v.program.stream_of[cap]
-            wait = joining_wait(v, cap, 0)
-            if s == 0:
-                join = "(runs on stream 0)"
-            elif wait is None:
-                join = "NOTHING: output does not wait for it"
-            else:
-                join = f"{step_text(wait, v.names)} ({wait.node.name})"
-            where = f"{at:>4}/{out_at:<4}  {out_at - at:>19}"
-            lines.append(f"{row.streams:>7}  {cap.name:<10}  {s:>6}  {where}  {join}")
-    return lines
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -543,44 +426,16 @@ def _make_directory(path: Path) -> None:
         raise UsageError(f"cannot create directory {path}: {error.strerror or error}") from None
 
 
-def _write_pictures(out: Path, rows: list[_DemoRow]) -> list[Path]:
-    _make_directory(out)
-    suffixes = {"text": "txt", "json": "json", "dot": "dot", "trace": "trace.json", "svg": "svg"}
-    written = []
-    for row in rows:
-        for fmt, suffix in suffixes.items():
-            path = out / f"demo-{row.streams}streams.{suffix}"
-            _write_text(path, _RENDERERS[fmt](row.run.schedule, row.run.cost_model))
-            written.append(path)
-    return written
-
-
 def cmd_demo(args: argparse.Namespace, stdout: TextIO) -> int:
     if args.out is not None:
         _make_directory(args.out)  # fail before the scheduling work, not after it
     rows = _demo_rows(Progress(sys.stderr, False))
-    last = rows[-1]
-    last_view = view_of(last.run.schedule)
-    layer = _layer_steps(last_view, _layer_members(last.run, DEMO_LANE_LAYER))
-    caps = ", ".join(map(str, DEMO_CAPTURES))
-    lines = [
-        f"msched demo: {DEMO_LAYERS}-layer MoE decoder stack, Eagle3 captures of layers {caps} "
-        "(the last layer included), table cost model",
-        "",
-        *_table_lines(rows),
-        "",
-        f"Layer {DEMO_LANE_LAYER} on {last.streams} streams, host order (lane and indentation = "
-        "stream; s0 is the caller's stream):",
-        *_compact_lines(last_view, layer),
-        "",
-        "Captures, relative to output (host step / step of output):",
-        *_capture_lines(rows[1:]),
-    ]
-    for row in rows:
-        lines += [f"{row.streams} streams: {p}" for p in row.problems]
+    lines = demo_lines(rows)
     if args.out is not None:
-        written = _write_pictures(args.out, rows)
-        lines += ["", f"wrote {len(written)} files to {args.out} (demo-3streams.svg, ...)"]
+        pictures = demo_pictures(rows)
+        for name, text in pictures.items():
+            _write_text(args.out / name, text)
+        lines += ["", f"wrote {len(pictures)} files to {args.out} (demo-3streams.svg, ...)"]
     stdout.write("\n".join(lines) + "\n")
     return 0 if all(row.ok for row in rows) else 1
 
@@ -592,7 +447,7 @@ def cmd_demo(args: argparse.Namespace, stdout: TextIO) -> int:
 def _run_for(args: argparse.Namespace) -> Scheduled:
     if args.graph is not None:
         _refuse_stack_options(args)
-        gm = load_graph(args.graph)
+        gm = load_graph(args.graph, msched.trace_streams)
         model = _named_cost_model(args.cost)
         return Scheduled(None, msched.schedule(gm, args.streams, model), model)
     stack = stack_options(_given_options(args))
@@ -635,7 +490,7 @@ def cmd_svg(args: argparse.Namespace, stdout: TextIO) -> int:
                 "arguments are constants); save a scheduled graph with torch.export.save (.pt2)"
             )
         model = _named_cost_model(args.cost)
-        _write_output(args, render_svg(load_graph(args.graph), model), stdout)
+        _write_output(args, render_svg(load_graph(args.graph, msched.trace_streams), model), stdout)
         return 0
     run = _run_for(args)
     _write_output(args, render_svg(run.schedule, run.cost_model), stdout)
@@ -650,92 +505,6 @@ def cmd_explain(args: argparse.Namespace, stdout: TextIO) -> int:
     node = node_named(run.schedule.gm, args.node, where)
     stdout.write("\n".join(explain_lines(run.schedule, node, run.cost_model)) + "\n")
     return 0
-
-
-# ---------------------------------------------------------------------------------------------
-# Your own graph (--graph)
-
-GRAPH_SPEC_HELP = (
-    "give --graph as module:function (a function of no arguments returning a "
-    "torch.fx.GraphModule, or a tuple (module or function, example inputs) that is captured "
-    "with Dynamo) or as a file: a GraphModule saved with torch.save (.pt) or an "
-    "ExportedProgram saved with torch.export.save (.pt2)"
-)
-
-
-def load_graph(spec: str) -> GraphModule:
-    """The graph ``--graph SPEC`` names (see `GRAPH_SPEC_HELP`); a bad spec is a `UsageError`
-    that says what went wrong and what is accepted."""
-    path = Path(spec)
-    if path.is_file():
-        return _graph_from_file(path)
-    module_name, colon, attribute = spec.partition(":")
-    if not colon or not module_name or not attribute:
-        raise UsageError(
-            f"--graph {spec}: no such file, and not module:function; {GRAPH_SPEC_HELP}"
-        )
-    if "" not in sys.path and str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))  # as ``python -m`` does: your own modules import
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as error:
-        raise UsageError(
-            f"--graph {spec}: cannot import {module_name}: "
-            f"{type(error).__name__}: {_one_line(error)}"
-        ) from None
-    function = getattr(module, attribute, None)
-    if not callable(function):
-        raise UsageError(f"--graph {spec}: {module_name} has no function {attribute}")
-    try:
-        value = function()
-    except Exception as error:
-        raise UsageError(f"--graph {spec}: calling it raised {type(error).__name__}: "
-                         f"{_one_line(error)}") from None  # fmt: skip
-    return _graph_from_value(value, f"--graph {spec}")
-
-
-def _graph_from_value(value: Any, where: str) -> GraphModule:
-    """A GraphModule as it is, or ``(fn, example_inputs)`` captured with Dynamo."""
-    if isinstance(value, GraphModule):
-        return value
-    if isinstance(value, tuple) and len(value) == 2 and callable(value[0]):
-        fn, inputs = value
-        inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
-        from msched.compile.tracing import trace_streams
-
-        return trace_streams(fn, *inputs)
-    raise UsageError(
-        f"{where} returned {type(value).__name__}; return a torch.fx.GraphModule or a tuple "
-        "(module or function, example inputs)"
-    )
-
-
-def _exported_module(program: Any) -> GraphModule:
-    """The runnable module of an ExportedProgram, without the guard call torch adds (an
-    opaque submodule that would be read as unknown code touching every input)."""
-    try:
-        module = program.module(check_guards=False)
-    except TypeError:  # a torch whose module() takes no such option
-        module = program.module()
-    assert isinstance(module, GraphModule)
-    return module
-
-
-def _graph_from_file(path: Path) -> GraphModule:
-    """A GraphModule from ``torch.export.save`` (``.pt2``) or ``torch.save`` (a pickle)."""
-    try:
-        if path.suffix == ".pt2":
-            return _exported_module(torch.export.load(path))
-        value = torch.load(path, weights_only=False)
-    except Exception as error:
-        raise UsageError(f"--graph {path}: cannot load it: {_one_line(error)}; "
-                         f"{GRAPH_SPEC_HELP}") from None  # fmt: skip
-    if not isinstance(value, GraphModule):
-        raise UsageError(
-            f"--graph {path} holds a {type(value).__name__}, not a torch.fx.GraphModule; "
-            f"{GRAPH_SPEC_HELP}"
-        )
-    return value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -824,15 +593,11 @@ def _run(command: str, body: Callable[[], int]) -> int:
     try:
         return body()
     except (UsageError, InvalidArgumentError) as exc:
-        sys.stderr.write(f"{sub_prog}: error: {_one_line(exc)}\n")
+        sys.stderr.write(f"{sub_prog}: error: {one_line(exc)}\n")
         return 2
     except ScheduleVerificationError as exc:
-        sys.stderr.write(f"{sub_prog}: {type(exc).__name__}: {_one_line(exc)}\n")
+        sys.stderr.write(f"{sub_prog}: {type(exc).__name__}: {one_line(exc)}\n")
         return 1
     except MschedError as exc:
-        sys.stderr.write(f"{sub_prog}: error: {type(exc).__name__}: {_one_line(exc)}\n")
+        sys.stderr.write(f"{sub_prog}: error: {type(exc).__name__}: {one_line(exc)}\n")
         return 2
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())

@@ -133,3 +133,9 @@ class RanksTimeoutError(MschedError):
 class UsageError(MschedError):
     """A bad ``msched`` command-line argument found after parsing (exit status 2); the message
     names the option."""
+
+
+def one_line(error: BaseException) -> str:
+    """``error``'s message on one line (runs of whitespace, newlines included, become one
+    space), for messages that quote another error."""
+    return " ".join(str(error).split())

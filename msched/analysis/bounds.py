@@ -40,6 +40,9 @@ from collections.abc import Sequence
 from torch.fx import Node
 
 from msched.analysis.communication import Communication
+from msched.analysis.cost import CostModel, checked_cost
+from msched.analysis.dag import Dag
+from msched.analysis.nodes import INPUT_OPS
 
 #: The largest Dag whose per-node bound is computed (see the module docstring).
 EXACT_LIMIT = 2048
@@ -195,3 +198,16 @@ def _levels_below(cost: dict[Node, float]) -> dict[float, float]:
             j += 1
         out[c] = levels[j]
     return out
+
+
+def node_costs(dag: Dag, model: CostModel) -> dict[Node, float]:
+    """Every node's cost (`msched.analysis.cost.checked_cost`); graph inputs and ``output`` cost
+    nothing."""
+    cost: dict[Node, float] = {}
+    out, cost_of = dag.output, model.cost
+    for node in dag.nodes:
+        if node.op in INPUT_OPS or node is out:
+            cost[node] = 0.0
+        else:
+            cost[node] = checked_cost(model, node, cost_of(node))
+    return cost

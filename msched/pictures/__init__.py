@@ -9,12 +9,14 @@
 - one module per picture: `text` (canonical text, what snapshots store: its writer and its
   reader, ``# msched text format 2`` and the unversioned format 1), `json_doc` (JSON, written
   and read), `dot` (Graphviz), `trace` (Chrome / Perfetto trace events), `svg` (Gantt chart);
-  `readback` — `ParsedSchedule`, a schedule the text and JSON readers read back.
+  `parsed` — `ParsedSchedule`, a schedule the text and JSON readers read back.
 - `explain` — the text of ``msched explain``: why a node is on its stream (from the
   placement `msched.scheduling.assign` recorded), its dependencies, waits and dependents.
 - `diff` — ``msched diff`` and the summary of a failing snapshot: schedules read
   back from their text or JSON (`msched.pictures.text.parse_schedule`) compared in schedule
   terms (`schedule_diff`, `snapshot_summary`).
+- `demo` — the report of ``msched demo`` (its table, one layer's lanes, the captures) and
+  the pictures of its ``--out``.
 
 Every picture accepts a `msched.Schedule` or a scheduled ``GraphModule`` and is deterministic:
 the same graph gives byte-identical output regardless of ``PYTHONHASHSEED`` or process.

@@ -29,7 +29,7 @@ from torch.fx import Node
 
 from msched.analysis.nodes import INPUT_OPS
 from msched.pictures.naming import ENTRY
-from msched.pictures.readback import ParsedSchedule
+from msched.pictures.parsed import ParsedSchedule
 from msched.pictures.text import parse_schedule, parsed
 from msched.proof.program import Step
 
@@ -526,7 +526,7 @@ def same_schedule(a: ParsedSchedule, b: ParsedSchedule) -> bool:
     know them: JSON does not keep them), up to how waits are grouped: ``switch, wait @a @b``
     is the same sync as ``wait @a`` and ``wait @b`` lines after a change of lane (the text of
     earlier versions, or a dialect without a switch that waits)."""
-    return a.header == b.header and _same_lines(a, b)
+    return a.summary == b.summary and _same_lines(a, b)
 
 
 def _same_lines(a: ParsedSchedule, b: ParsedSchedule) -> bool:

@@ -17,9 +17,10 @@ from msched.analysis.cost import CostModel
 from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidArgumentError
 from msched.pictures.labels import format_number, json_number, op_label
-from msched.pictures.readback import Header, ParsedSchedule, ProgramBuilder
+from msched.pictures.parsed import ParsedSchedule, ProgramBuilder
 from msched.pictures.view import EventUse, View, view_of
 from msched.proof.program import Step
+from msched.proof.summary import Summary
 from msched.scheduling.pipeline import Schedule
 
 __all__ = ["FORMAT", "read_json", "render_json", "schedule_data"]
@@ -124,7 +125,7 @@ def read_json(doc: Any, where: str = "the schedule") -> ParsedSchedule:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise InvalidArgumentError(f"{where}: not an {FORMAT} JSON document")
     try:
-        head = Header(
+        head = Summary(
             int(doc["streams"]),
             int(doc["num_events"]),
             int(doc["num_waits"]),

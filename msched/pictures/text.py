@@ -21,9 +21,10 @@ from msched.errors import InvalidArgumentError
 from msched.pictures.json_doc import read_json
 from msched.pictures.labels import ADDRESS, format_number, is_kernel, target_name
 from msched.pictures.naming import EventNames, event_names_of_graph
-from msched.pictures.readback import Header, ParsedSchedule, ProgramBuilder
+from msched.pictures.parsed import ParsedSchedule, ProgramBuilder
 from msched.pictures.view import View, view_of
 from msched.proof.program import Step
+from msched.proof.summary import Summary
 from msched.scheduling.pipeline import Schedule
 
 __all__ = [
@@ -287,7 +288,7 @@ def _grammar_of(lines: list[str], where: str) -> tuple[_Grammar, int]:
     return grammar, 1
 
 
-def _header(lines: list[str], where: str) -> Header:
+def _header(lines: list[str], where: str) -> Summary[str]:
     if len(lines) < 2:
         raise InvalidArgumentError(f"{where}: not a schedule (no '# streams ...' header)")
     counts, times = _HEADER_COUNTS.match(lines[0]), _HEADER_TIMES.match(lines[1])
@@ -297,7 +298,7 @@ def _header(lines: list[str], where: str) -> Header:
             "'# streams S, events E, waits W' and '# makespan M, lower bound L'"
         )
     streams, events, waits = (int(g) for g in counts.groups())
-    return Header(streams, events, waits, times.group(1), times.group(2))
+    return Summary(streams, events, waits, times.group(1), times.group(2))
 
 
 def _int(text: str, where: str) -> int:

@@ -26,6 +26,7 @@ from msched.proof.clocks import Clocks, clocks_of
 from msched.proof.dialects import Dialect
 from msched.proof.interpreter import interpret
 from msched.proof.program import Step, StreamProgram
+from msched.proof.summary import Summarized, Summary
 from msched.proof.timeline import simulate
 from msched.scheduling.pipeline import Schedule
 
@@ -59,9 +60,11 @@ class EventUse:
 
 
 @dataclass(frozen=True)
-class View:
+class View(Summarized[float]):
     """A scheduled graph read for a picture: host-order program, happens-before, times, events.
 
+    ``summary`` is the Schedule's (`msched.proof.summary.Summary`), or for a bare module its
+    timeline's (`msched.simulate`); its fields are attributes of the View too.
     ``start``/``finish`` hold every node of the graph; a stream op's start and finish are the
     moment its stream reaches it.  ``events`` lists the records in host order (the waits of an
     event that come before any record of it appear with ``record=None``); waits after
@@ -72,11 +75,7 @@ class View:
 
     gm: GraphModule
     program: StreamProgram
-    num_streams: int
-    num_events: int
-    num_waits: int
-    makespan: float
-    lower_bound: float
+    summary: Summary[float]
     start: dict[Node, float]
     finish: dict[Node, float]
     events: tuple[EventUse, ...]
@@ -88,37 +87,29 @@ class View:
 def view_of(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> View:
     """Read ``obj`` (a `Schedule` or a scheduled ``GraphModule``) for a picture."""
     if isinstance(obj, Schedule):
-        return _schedule_view(obj, cost_model or DefaultCostModel())
-    if isinstance(obj, GraphModule):
-        return _module_view(obj, cost_model or DefaultCostModel())
-    raise InvalidArgumentError(
-        f"can only render a msched.Schedule or a scheduled torch.fx.GraphModule, "
-        f"got {type(obj).__name__}"
-    )
-
-
-def _schedule_view(sched: Schedule, cost_model: CostModel) -> View:
-    program = interpret(sched.gm, sched.dialect)
+        gm, dialect, summary, a = obj.gm, obj.dialect, obj.summary, obj.assignment
+    elif isinstance(obj, GraphModule):
+        gm, dialect, summary, a = obj, None, None, None
+    else:
+        raise InvalidArgumentError(
+            f"can only render a msched.Schedule or a scheduled torch.fx.GraphModule, "
+            f"got {type(obj).__name__}"
+        )
+    program = interpret(gm, dialect)
     clocks = clocks_of(program)
-    a = sched.assignment
-    if a is not None and _follows_host_order(program, a.start):
+    if a is not None and summary is not None and _follows_host_order(program, a.start):
         start, finish = _stream_op_times(clocks, a.start, a.finish)
     else:
-        # Read back from another pass's graph (no assignment), or edited after scheduling
-        # (the assignment's times no longer describe the program that runs): the picture
-        # times the program that runs instead.
-        from msched.proof.timeline import simulate
-
-        timeline = simulate(sched.gm, cost_model, sched.dialect)
+        # A bare module, one read back from another pass's graph (no assignment), or one
+        # edited after scheduling (the assignment's times no longer describe the program
+        # that runs): the picture times the program that runs instead.
+        timeline = simulate(gm, cost_model or DefaultCostModel(), dialect)
         start, finish = _stream_op_times(clocks, timeline.start, timeline.end)
+        summary = summary or timeline.summary
     return View(
-        gm=sched.gm,
+        gm=gm,
         program=program,
-        num_streams=sched.num_streams,
-        num_events=sched.num_events,
-        num_waits=sched.num_waits,
-        makespan=sched.makespan,
-        lower_bound=sched.lower_bound,
+        summary=summary,
         start=start,
         finish=finish,
         events=_event_uses(clocks),
@@ -139,30 +130,6 @@ def _follows_host_order(program: StreamProgram, start: dict[Node, float]) -> boo
             return False
         last[step.stream] = t
     return True
-
-
-def _module_view(gm: GraphModule, cost_model: CostModel) -> View:
-
-    program = interpret(gm)
-    clocks = clocks_of(program)
-    timeline = simulate(gm, cost_model)
-    start, finish = _stream_op_times(clocks, timeline.start, timeline.end)
-    events = _event_uses(clocks)
-    return View(
-        gm=gm,
-        program=program,
-        num_streams=program.num_streams,
-        num_events=program.num_events,
-        num_waits=program.num_waits,
-        makespan=timeline.makespan,
-        lower_bound=timeline.lower_bound,
-        start=start,
-        finish=finish,
-        events=events,
-        clocks=clocks,
-        position=_first_steps(program),
-        names=event_names(program, clocks),
-    )
 
 
 def _first_steps(program: StreamProgram) -> dict[Node, int]:

@@ -25,16 +25,19 @@ from msched.analysis.nodes import INPUT_OPS, graph_of
 from msched.proof.clocks import Clocks, clocks_of
 from msched.proof.dialects import Dialect
 from msched.proof.interpreter import interpret
+from msched.proof.summary import Summarized, Summary
 
 
 @dataclass(frozen=True)
-class Timeline:
+class Timeline(Summarized[float]):
     """When every compute node runs when each stream issues its work as soon as it may.
 
     ``nodes`` are the compute nodes that run, in host order (graph inputs and ``output``
-    excluded); ``stream``, ``start`` and ``end`` are keyed by them.  ``makespan`` is the end
-    of the last node or the time ``output`` is reached, whichever is later.  ``lower_bound``
-    is `msched.analysis.bounds.makespan_lower_bound` (critical path, total / streams, and the
+    excluded); ``stream``, ``start`` and ``end`` are keyed by them.  ``summary``
+    (`msched.proof.summary.Summary`, its fields also attributes of the Timeline) holds the
+    streams, events and waits of the graph's stream program; the ``makespan``, the end of the
+    last node or the time ``output`` is reached, whichever is later; and the ``lower_bound``,
+    `msched.analysis.bounds.makespan_lower_bound` (critical path, total / streams, and the
     work before and after each node) over the dependencies of the host order
     (`msched.analysis.dag.host_order_dependencies`).
 
@@ -47,11 +50,9 @@ class Timeline:
     stream: dict[Node, int]
     start: dict[Node, float]
     end: dict[Node, float]
-    num_streams: int
-    makespan: float
+    summary: Summary[float]
     critical_path: float
     total_cost: float
-    lower_bound: float
     communication: Mapping[Node, tuple[float, float]] = field(default_factory=dict)
 
     def intervals(self) -> list[tuple[Node, int, float, float]]:
@@ -105,9 +106,10 @@ def simulate(
     stream = {n: clocks.stamp[n].stream for n in nodes}
     makespan = max([reached, *end.values()])
     critical, total, bound = _bounds(graph, clocks, nodes, cost, comm, makespan)
-    k = clocks.num_streams
+    program = clocks.program
+    summary = Summary(clocks.num_streams, program.num_events, program.num_waits, makespan, bound)
     spans = channels.spans if channels is not None else {}
-    return Timeline(nodes, stream, start, end, k, makespan, critical, total, bound, spans)
+    return Timeline(nodes, stream, start, end, summary, critical, total, spans)
 
 
 def _cost(model: CostModel, node: Node) -> float:

@@ -22,9 +22,9 @@ from typing import NamedTuple
 
 from torch.fx import Node
 
-from msched.analysis.bounds import makespan_lower_bound
+from msched.analysis.bounds import makespan_lower_bound, node_costs
 from msched.analysis.communication import Channels, Communication, split_communication
-from msched.analysis.cost import CostModel, checked_cost
+from msched.analysis.cost import CostModel
 from msched.analysis.dag import Dag
 from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidArgumentError
@@ -400,19 +400,6 @@ def serial_assignment(dag: Dag, cost_model: CostModel) -> Assignment:
         communication=channels.spans if channels is not None else {},
         collectives=comm.collectives if comm is not None else (),
     )
-
-
-def node_costs(dag: Dag, model: CostModel) -> dict[Node, float]:
-    """Every node's cost (`msched.analysis.cost.checked_cost`); graph inputs and ``output`` cost
-    nothing."""
-    cost: dict[Node, float] = {}
-    out, cost_of = dag.output, model.cost
-    for node in dag.nodes:
-        if node.op in INPUT_OPS or node is out:
-            cost[node] = 0.0
-        else:
-            cost[node] = checked_cost(model, node, cost_of(node))
-    return cost
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,13 @@ from typing import Any
 
 from torch.fx import GraphModule, Node
 
-from msched.analysis.bounds import makespan_lower_bound
+from msched.analysis.bounds import makespan_lower_bound, node_costs
 from msched.analysis.cost import CostModel, DefaultCostModel, check_cost_model
 from msched.analysis.dag import Dag, build_dag
 from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidArgumentError, MissingDependencyError
 from msched.limits import check_num_streams
-from msched.scheduling.assign import Assignment, assign_streams, node_costs
+from msched.scheduling.assign import Assignment, assign_streams
 
 #: Integer resolution of non-integral costs (the largest cost becomes this many units).
 RESOLUTION = 10**6

@@ -1,4 +1,5 @@
-"""`msched.schedule`: the whole pass, from a GraphModule to a scheduled GraphModule."""
+"""`msched.schedule`: the whole pass, from a GraphModule to a scheduled GraphModule; and
+`msched.read_schedule`, the `Schedule` of a graph another pass scheduled."""
 
 from __future__ import annotations
 
@@ -12,16 +13,18 @@ from torch.fx.node import map_arg
 
 from msched import ops
 from msched._torch_internals import codegen_of
+from msched.analysis.bounds import node_costs
 from msched.analysis.cost import CostModel, DefaultCostModel, check_cost_model
 from msched.analysis.dag import Dag, build_dag
 from msched.analysis.nodes import node_named
 from msched.errors import InvalidArgumentError, InvalidGraphError
 from msched.limits import check_flag, check_num_streams
 from msched.proof.dialects import Dialect, mark_made
+from msched.proof.scheduled import read_summary
+from msched.proof.summary import Summarized, Summary
 from msched.scheduling.assign import (
     Assignment,
     assign_streams,
-    node_costs,
     serial_assignment,
     timetable_assignment,
 )
@@ -31,14 +34,16 @@ from msched.scheduling.exact import OptimalMakespan, check_effort, solve_from
 
 
 @dataclass(frozen=True)
-class Schedule:
+class Schedule(Summarized[float]):
     """The result of `schedule`: where every node runs, and what it cost.
 
     ``gm`` is the scheduled module (the same object that was passed in).  ``original`` is a
     copy of the input graph as a GraphModule (sharing ``gm``'s parameters and buffers), for
     ``msched.verify(gm, original=...)`` and for running the unscheduled program.
-    ``makespan`` and ``lower_bound`` are in cost-model units; the lower bound is
-    ``max(critical path, total cost / num_streams)``.
+    ``summary`` (`msched.proof.summary.Summary`) holds ``num_streams``, ``num_events``,
+    ``num_waits``, ``makespan`` and ``lower_bound``, each also an attribute of the Schedule;
+    the makespan and the lower bound are in cost-model units, and the lower bound is
+    ``max(critical path, total cost / num_streams)`` at least.
 
     ``optimal`` is what the exact mode found (``effort="optimal"``; None otherwise): the
     optimum, or the solver's best schedule and bound with ``proven`` False.
@@ -49,12 +54,8 @@ class Schedule:
     """
 
     gm: GraphModule
-    num_streams: int
     streams: Mapping[Node, int]
-    num_events: int
-    num_waits: int
-    makespan: float
-    lower_bound: float
+    summary: Summary[float]
     assignment: Assignment | None = field(repr=False)
     _snapshot: _GraphSnapshot | None = field(repr=False)
     dialect: Dialect | None = field(default=None, repr=False)
@@ -204,11 +205,33 @@ def schedule(
             assignment, optimal = _optimal(dag, assignment, model, limit)
         events, waits, streams = _rewrite(gm, dag, assignment)
     mark_made(gm, "msched")
-    makespan, lower_bound = assignment.makespan, assignment.lower_bound
+    summary = Summary(num_streams, events, waits, assignment.makespan, assignment.lower_bound)
+    return Schedule(gm, streams, summary, assignment, original, optimal=optimal)
+
+
+def read_schedule(
+    gm: GraphModule,
+    original: GraphModule | None = None,
+    dialect: Dialect | str | None = None,
+    cost_model: CostModel | None = None,
+    num_streams: int | None = None,
+) -> Schedule:
+    """The `Schedule` of ``gm``, a graph some pass scheduled, read from its stream ops.
+
+    Reading only interprets and simulates: `msched.proof.scheduled.read_summary` does it.
+    ``dialect`` is a `Dialect`, a dialect name, or None to detect it from the graph's ops
+    (`Dialect.detect`).  ``num_events`` counts the distinct events recorded, ``num_waits`` the
+    waits; ``makespan`` is the `msched.simulate` makespan under ``cost_model`` (the table
+    model by default).  With ``original`` the lower bound is the original graph's
+    (`msched.analysis.bounds.makespan_lower_bound`) and ``Schedule.original`` is ``original``.
+    ``num_streams`` is the stream count the pass was given: the Schedule's ``num_streams``
+    (what its pictures and snapshot header say, and the lower bound divides by) is that
+    count, or the streams the graph uses when it uses more; None: the streams it uses.
+    """
+    read = read_summary(gm, original, dialect, cost_model, num_streams)
     return Schedule(
-        gm, num_streams, streams, events, waits, makespan, lower_bound, assignment, original,
-        optimal=optimal,
-    )  # fmt: skip
+        gm, read.streams, read.summary, None, None, dialect=read.dialect, _original=original
+    )
 
 
 def _optimal(

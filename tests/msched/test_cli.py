@@ -17,6 +17,7 @@ import pytest
 import msched
 from msched import cli
 from msched.models.decoders import decoder_stack
+from msched.pictures.demo import layer_members
 
 SMALL = ["--layers", "4", "--captures", "1,3", "--moe", "--streams", "3"]
 
@@ -57,7 +58,8 @@ def test_the_layer_excerpt_comes_from_the_layers_the_stack_recorded() -> None:
     in_layers = [layer_of[n.name] for n in stack.gm.graph.nodes if n.name in layer_of]
     assert in_layers == sorted(in_layers) and set(in_layers) == {0, 1, 2, 3}
     run = cli.build_and_schedule(4, (1, 3), True, 3)
-    members = cli._layer_members(run, 3)
+    assert run.stack is not None
+    members = layer_members(run.stack, 3)
     ops = {n.name for n in stack.gm.graph.nodes if n.op == "call_function"}
     assert members == {name for name in ops if layer_of.get(name) == 3}
     assert "capture_3" in members and "capture_1" not in members

@@ -77,13 +77,9 @@ PLUGIN_LAYERS: tuple[tuple[str, ...], ...] = (
     ("_options", "_pytest_internals", "_syrupy_internals"),
 )
 MAX_LINES = 650
-# Module -> why it may be over MAX_LINES for now.  Temporary: an entry whose module is no
-# longer over the limit fails the test, so the list only shrinks.
-LONG_FOR_NOW: dict[str, str] = {
-    # Issue 35: the homes35 branch splits cli.py (parsing, the demo report, graph loading,
-    # `msched diff`); its merge removes this entry and leaves the dict empty.
-    "msched.cli": "four jobs in one module until it is split by job",
-}
+# Module -> why it may be over MAX_LINES for now.  An entry whose module is no longer over the
+# limit fails the test, so the list only shrinks; it is empty since cli.py was split by job.
+LONG_FOR_NOW: dict[str, str] = {}
 
 
 class Import(NamedTuple):
@@ -383,8 +379,8 @@ def test_pytest_msched_layout_holds() -> None:
 
 
 def test_only_the_listed_modules_are_long_for_now() -> None:
-    """`LONG_FOR_NOW` is temporary: once cli.py is split (issue 35) it must be empty."""
-    assert set(LONG_FOR_NOW) <= {"msched.cli"}
+    """`LONG_FOR_NOW` was temporary: since cli.py was split (issue 35) it is empty."""
+    assert LONG_FOR_NOW == {}
 
 
 def test_every_module_is_seen() -> None:

@@ -14,8 +14,7 @@ from torch.fx import Graph, GraphModule
 import msched
 import msched.testing.strategies as mst
 from msched.analysis import bounds
-from msched.analysis.bounds import makespan_lower_bound
-from msched.scheduling.assign import node_costs
+from msched.analysis.bounds import makespan_lower_bound, node_costs
 from msched.scheduling.exact import solve
 from msched.scheduling.levels import bottom_levels
 from msched.testing import families

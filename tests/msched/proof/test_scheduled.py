@@ -1,4 +1,5 @@
-"""`msched.read_schedule`: a Schedule read back from a graph another pass scheduled."""
+"""`msched.read_schedule` (`msched.proof.scheduled`): a Schedule read back from a graph another
+pass scheduled."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import msched
 from msched.models.decoders import decoder_stack
 from msched.pictures.text import render_text
 
-from ..proof.test_dialect import NAMESPACE, trtllm_schedule
+from .test_dialect import NAMESPACE, trtllm_schedule
 
 
 def _retarget(gm: GraphModule, namespace: str) -> GraphModule:

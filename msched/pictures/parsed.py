@@ -20,8 +20,9 @@ from msched.errors import InvalidArgumentError
 from msched.pictures.naming import event_names
 from msched.proof.clocks import Clocks, clocks_of
 from msched.proof.program import Step, StreamProgram
+from msched.proof.summary import Summarized, Summary
 
-__all__ = ["Header", "ParsedSchedule", "ProgramBuilder"]
+__all__ = ["ParsedSchedule", "ProgramBuilder"]
 
 _IDENT = re.compile(r"(?<![\w.'\"])([A-Za-z_]\w*)(?!\s*=[^=])(?![\w'\"])")
 
@@ -31,20 +32,10 @@ def _marker(*args: Any) -> None:
 
 
 @dataclass(frozen=True)
-class Header:
-    """The counts and times of a schedule's header, the times as printed."""
-
-    num_streams: int
-    num_events: int
-    num_waits: int
-    makespan: str
-    lower_bound: str
-
-
-@dataclass(frozen=True)
-class ParsedSchedule:
+class ParsedSchedule(Summarized[str]):
     """A schedule read back from its canonical text or JSON.
 
+    ``summary`` is its header (`msched.proof.summary.Summary`), the times as printed;
     ``program`` is its stream program with one FX node per line (`msched.proof.clocks` runs
     on it); ``name_of`` the node name (compute and host-only nodes) or stream-op label of each
     of its nodes; ``record_name[r]`` the stable name of record ``r`` and ``binding[w]`` the
@@ -52,14 +43,10 @@ class ParsedSchedule:
     ``output``: the record they would bind to); ``text`` the right-hand side of each compute
     or host-only node's line (``aten.mm.default(a, b)``) and the tensor of each
     ``record_stream`` (None when read from JSON, which keeps neither) and ``reads`` the nodes
-    a compute node names as arguments.  Header values are kept as printed.
+    a compute node names as arguments.
     """
 
-    num_streams: int
-    num_events: int
-    num_waits: int
-    makespan: str
-    lower_bound: str
+    summary: Summary[str]
     program: StreamProgram
     clocks: Clocks
     name_of: dict[Node, str]
@@ -71,12 +58,6 @@ class ParsedSchedule:
     @property
     def steps(self) -> tuple[Step, ...]:
         return self.program.steps
-
-    @property
-    def header(self) -> Header:
-        return Header(
-            self.num_streams, self.num_events, self.num_waits, self.makespan, self.lower_bound
-        )
 
     def compute(self) -> dict[str, Step]:
         """Every compute step (graph inputs and ``output`` included) by node name; host-only
@@ -138,7 +119,7 @@ class ProgramBuilder:
         self.steps.append(Step(node, kind, stream, event, **more))
         return node
 
-    def finish(self, head: Header, where: str) -> ParsedSchedule:
+    def finish(self, head: Summary[str], where: str) -> ParsedSchedule:
         """The schedule of the steps so far; ``where`` names it when it has no output."""
         program, reads = self._program(where)
         clocks = clocks_of(program)
@@ -150,11 +131,7 @@ class ProgramBuilder:
                 name = names.waits.get(step)
                 binding[step.node] = by_record_name.get(name) if name is not None else None
         return ParsedSchedule(
-            head.num_streams,
-            head.num_events,
-            head.num_waits,
-            head.makespan,
-            head.lower_bound,
+            head,
             program=program,
             clocks=clocks,
             name_of=self.name_of,
