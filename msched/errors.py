@@ -110,7 +110,8 @@ class InductorInterfaceError(MschedError):
 
 
 class RankFailedError(MschedError):
-    """A rank of `msched.testing.ranks.run_on_ranks` raised, or died without a result; the
+    """A rank of `msched.testing.ranks.run_on_ranks` (or of a ``RankPool``) raised, or died
+    without a result (every rank of the pool is then killed); the
     message names the rank and holds the child's traceback.  ``rank`` is its index and
     ``child_traceback`` the traceback text (empty when the process died without one)."""
 
@@ -121,7 +122,8 @@ class RankFailedError(MschedError):
 
 
 class RanksTimeoutError(MschedError):
-    """`msched.testing.ranks.run_on_ranks` ran past its timeout; every rank was killed.
+    """`msched.testing.ranks.run_on_ranks` (or a ``RankPool``) ran past its timeout, or its
+    ranks took longer than that to start; every rank was killed.
     ``ranks`` are the ranks that had not finished, ``timeout`` the limit in seconds."""
 
     def __init__(self, message: str, *, ranks: tuple[int, ...], timeout: float) -> None:

@@ -12,7 +12,8 @@
   copy of the graph made before it ran (unless verification is off), counted and kept for
   dumps by the `MschedSession`;
 - ``graph_snapshot``: syrupy's ``snapshot`` with `ScheduledGraphExtension`;
-- ``msched_ranks``: `msched.testing.ranks.run_on_ranks`, a function on N CPU gloo ranks.
+- ``msched_ranks``: `msched.testing.ranks.RankPools.run`, a function on N CPU gloo ranks
+  kept for the session.
 """
 
 from __future__ import annotations
@@ -164,19 +165,30 @@ def graph_snapshot(snapshot: SnapshotAssertion) -> SnapshotAssertion:
     return snapshot.use_extension(ScheduledGraphExtension)
 
 
-@pytest.fixture
-def msched_ranks() -> Callable[..., list[Any]]:
-    """`msched.testing.ranks.run_on_ranks`: ``msched_ranks(fn, *args, world_size=2,
-    timeout=120.0, **kwargs)`` runs ``fn(rank, world_size, *args, **kwargs)`` on
-    ``world_size`` CPU processes joined in one gloo group (127.0.0.1, a free port) and
-    returns each rank's result in rank order.
+@pytest.fixture(scope="session")
+def msched_ranks() -> Iterator[Callable[..., list[Any]]]:
+    """``msched_ranks(fn, *args, world_size=2, timeout=120.0, **kwargs)`` runs ``fn(rank,
+    world_size, *args, **kwargs)`` on ``world_size`` CPU processes joined in one gloo group
+    (127.0.0.1, a free port) and returns each rank's result in rank order.
+
+    The ranks are a `msched.testing.ranks.RankPool` per world size, started by the first test
+    that asks for them and kept for the session (one per pytest-xdist worker): many sharded
+    tests pay the start of the processes (each imports torch) once.  Each call sees the test
+    process's environment, working directory and ``sys.path`` of the moment, and the ranks'
+    random seed, grad mode, default dtype and Dynamo caches as they were when they started
+    (see `RankPool` for what a call may still find of the calls before).
 
     ``fn`` is a module-level function of the test module (the ranks import it).  A rank that
     raises fails the test with `msched.RankFailedError` (the rank and its traceback); ranks
     still running after ``timeout`` seconds (a collective some rank never joined) are killed
-    and fail it with `msched.RanksTimeoutError`.  Use it under
-    ``@pytest.mark.multistream`` to run a sharded schedule on every rank.
+    and fail it with `msched.RanksTimeoutError`.  After either, every rank of that pool is
+    killed and the next call starts new ones.  Use it under ``@pytest.mark.multistream`` to
+    run a sharded schedule on every rank.
     """
-    from msched.testing.ranks import run_on_ranks
+    from msched.testing.ranks import RankPools
 
-    return run_on_ranks
+    pools = RankPools()
+    try:
+        yield pools.run
+    finally:
+        pools.close()

@@ -1,32 +1,43 @@
-"""Run a function on N CPU ranks of a real ``torch.distributed`` (gloo) group.
+"""Run functions on N CPU ranks of a real ``torch.distributed`` (gloo) group.
 
-`run_on_ranks` is how msched tests sharded graphs (tensor-parallel all-reduces, expert-parallel
-all-to-alls) on one CPU machine, and what the pytest plugin's ``msched_ranks`` fixture returns.
-Why processes: a collective needs every rank of its group to take part, so the ranks must run
-at once, each with its own ``torch.distributed`` state.
+`RankPool` and `run_on_ranks` are how msched tests sharded graphs (tensor-parallel
+all-reduces, expert-parallel all-to-alls) on one CPU machine; the pytest plugin's
+``msched_ranks`` fixture runs on a `RankPools` kept for the whole session.  Why processes: a
+collective needs every rank of its group to take part, so the ranks must run at once, each
+with its own ``torch.distributed`` state.  Starting a rank imports torch (seconds), so a pool
+starts its ranks once and runs many functions on them; `run_on_ranks` is a pool used once.
 
 How:
 
 1. ``fn``, its arguments and the settings are pickled in the parent, so a lambda or a local
    function fails at once with `msched.InvalidArgumentError` instead of in ``world_size``
-   children.
-2. A free port on 127.0.0.1 is taken by binding a socket to port 0; ``world_size`` processes
-   are started in the ``spawn`` context (never ``fork``: torch's threads do not survive it).
-3. Each child joins ``gloo`` at ``tcp://127.0.0.1:<port>`` (gloo's own sockets on the loopback
-   interface unless ``GLOO_SOCKET_IFNAME`` says otherwise), calls ``fn(rank, world_size,
-   *args, **kwargs)``, moves the tensors of the result to the CPU, pickles it and sends it
-   back; then it destroys its process group.  An exception is sent back as its traceback, and
-   the rank then waits to be killed (leaving would fail its peers with a secondary error that
-   could reach the parent first).
-4. The parent waits for every rank until ``timeout`` seconds have passed in all.  A rank that
-   raised, or died without a result, kills every rank and raises `msched.RankFailedError`
-   with the rank and the child's traceback; the timeout kills every rank and raises
-   `msched.RanksTimeoutError` naming the ranks that had not finished.  When rank 0 finds the
-   port taken (another process bound it between steps 2 and 3), the run starts over once on
-   a new port.
+   children, and before any process starts.
+2. On the first call (and the first after a failure) a free port on 127.0.0.1 is taken by
+   binding a socket to port 0, and ``world_size`` processes are started in the ``spawn``
+   context (never ``fork``: torch's threads do not survive it).  Each joins ``gloo`` at
+   ``tcp://127.0.0.1:<port>`` (gloo's own sockets on the loopback interface unless
+   ``GLOO_SOCKET_IFNAME`` says otherwise) and reports that it is ready.  When rank 0 finds
+   the port taken (another process bound it in between), the start is tried once more on a
+   new port.
+3. Each call sends every rank, over its own pipe, the pickled ``fn`` and the parent's
+   environment variables, working directory and ``sys.path`` at the time of the call.  The
+   rank takes them over (as a process started then would have them), resets the process-wide
+   state listed in `RankPool` to what it was right after the rank joined its group, calls
+   ``fn(rank, world_size, *args, **kwargs)``, moves the tensors of the result to the CPU and
+   sends the result back pickled.  An exception is sent back as its traceback, and the rank
+   then waits to be killed (leaving would fail its peers with a secondary error that could
+   reach the parent first).
+4. The parent waits for every rank until ``timeout`` seconds have passed.  A rank that raised,
+   or died without a result, makes it kill every rank (a peer may be stuck in a collective)
+   and raise `msched.RankFailedError` with the rank and the child's traceback; the timeout
+   kills every rank and raises `msched.RanksTimeoutError` naming the ranks that had not
+   finished.  The next call starts fresh processes.
 
 A hang in a collective (one rank skips it, or the ranks call them in different orders) is
-therefore a test failure after ``timeout`` seconds, not a run that never ends.
+therefore a test failure after ``timeout`` seconds, not a run that never ends.  No rank
+outlives its pool: `RankPool.close` stops them (the pool's finalizer and an ``atexit`` hook do
+it when the pool is forgotten or the interpreter exits), and a rank whose parent process has
+gone (killed, or crashed) exits within a second on its own.
 """
 
 from __future__ import annotations
@@ -34,25 +45,39 @@ from __future__ import annotations
 import datetime
 import os
 import pickle
-import queue as queue_module
+import signal
 import socket
+import sys
+import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from msched.errors import InvalidArgumentError, RankFailedError, RanksTimeoutError
 from msched.limits import positive_int
 
-__all__ = ["DEFAULT_TIMEOUT", "run_on_ranks"]
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
 
-#: Seconds `run_on_ranks` waits for all ranks by default (starting each process imports torch:
-#: a few seconds per rank on a busy machine).
+__all__ = ["DEFAULT_TIMEOUT", "RankPool", "RankPools", "run_on_ranks"]
+
+#: Seconds a call waits for all ranks by default, and a pool waits for its ranks to start
+#: (starting each process imports torch: a few seconds per rank on a busy machine).
 DEFAULT_TIMEOUT = 120.0
 _HOST = "127.0.0.1"
 _PORT_TAKEN = ("EADDRINUSE", "Address already in use")
 _LOOPBACK_NAMES = ("lo", "lo0")
+#: gloo's own limit on a collective; the parent's timeout stops a hung call long before.
+_GROUP_TIMEOUT = datetime.timedelta(hours=6)
+#: Seconds the ranks get to exit when a pool closes (they exit at once: nothing to tear down).
+_CLOSE_GRACE = 5.0
+#: How often (seconds) a rank looks whether its parent process is still there.
+_PARENT_POLL = 0.5
 
 
 def run_on_ranks(
@@ -64,6 +89,10 @@ def run_on_ranks(
 ) -> list[Any]:
     """Run ``fn(rank, world_size, *args, **kwargs)`` on ``world_size`` CPU ranks of one gloo
     process group and return each rank's result, in rank order.
+
+    The one-shot form of `RankPool`: it starts ``world_size`` processes, runs ``fn`` once and
+    stops them; ``timeout`` counts the start of the processes too.  Use a `RankPool` (or the
+    ``msched_ranks`` fixture) to run several functions on one start.
 
     ``fn`` runs inside an initialised default group (``torch.distributed.get_rank()`` agrees
     with ``rank``; its name, ``"0"``, is what functional collectives name it by).  ``fn``,
@@ -79,12 +108,229 @@ def run_on_ranks(
     when the ranks have not all finished after ``timeout`` seconds (all are killed).
     """
     payload = _checked_payload(fn, args, kwargs, world_size, timeout)
-    try:
-        return _run(payload, world_size, timeout)
-    except RankFailedError as error:
-        if not _port_was_taken(error):
+    with RankPool(world_size, start_timeout=timeout) as pool:
+        return pool._call(payload, timeout, time.monotonic() + timeout)
+
+
+class RankPool:
+    """``world_size`` CPU processes joined in one gloo group once, running many functions.
+
+    ``pool.run(fn, *args, timeout=120.0, **kwargs)`` is `run_on_ranks` on the pool's
+    processes: the same arguments, checks, results and errors, but the processes are started
+    by the first call (``start_timeout`` seconds at most, not counted in its ``timeout``) and
+    kept for the next.  After a call that fails (a rank raised or died, or time ran out) every
+    rank is killed, and the next call starts new ones.  ``close()`` (or leaving a ``with``
+    block) stops the ranks; a closed pool starts again if it is called again.  A pool belongs
+    to the process (and thread) that made it.
+
+    What a call sees: each call runs in the same processes and the same default process group
+    as the calls before it.  Before each call a rank takes over the parent's environment
+    variables, working directory and ``sys.path`` as they are at that moment, and resets to
+    their values right after it joined its group: torch's global random generator (reseeded
+    with the seed it started with, so each call draws what the first call drew; seed it
+    yourself where the numbers matter), grad mode, the default dtype and the number of
+    intra-op threads.  When something
+    has been compiled, Dynamo's in-memory caches are reset (`torch.compiler.reset`) and so
+    are Inductor's in-process caches, as in a new process; caches on disk are kept.  Anything
+    else a function leaves behind stays for the next: modules it imported and their globals,
+    process groups it made with ``new_group``, Python's ``random`` state, environment
+    variables read only when torch was imported.  A function that destroys the default group
+    gets its results, and the pool starts new processes for the next call.
+    """
+
+    def __init__(self, world_size: int = 2, *, start_timeout: float = DEFAULT_TIMEOUT) -> None:
+        self._world_size = positive_int(world_size, "world_size")
+        _check_timeout(start_timeout, "start_timeout")
+        self._start_timeout = float(start_timeout)
+        self._owner = os.getpid()
+        self._processes: list[BaseProcess] = []  # mutated in place: the finalizer holds it
+        self._connections: list[Connection] = []
+        self._finalizer = weakref.finalize(
+            self, _kill, self._processes, self._connections, self._owner
+        )
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks."""
+        return self._world_size
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        """The process ids of the running ranks, in rank order; ``()`` when none run."""
+        return tuple(p.pid for p in self._processes if p.pid is not None)
+
+    def run(
+        self, fn: Callable[..., Any], *args: Any, timeout: float = DEFAULT_TIMEOUT, **kwargs: Any
+    ) -> list[Any]:
+        """``fn(rank, world_size, *args, **kwargs)`` on every rank; each rank's result, in
+        rank order.  Raises what `run_on_ranks` raises; ``timeout`` counts from the moment the
+        ranks (started first if none run) are sent the call."""
+        payload = _checked_payload(fn, args, kwargs, self._world_size, timeout)
+        return self._call(payload, timeout, None)
+
+    def close(self) -> None:
+        """Ask every rank to exit (flushing its output); kill those still running after a few
+        seconds.  Nothing is left running; a later `run` starts new ranks."""
+        if os.getpid() != self._owner:
+            return
+        for connection in self._connections:
+            try:
+                connection.send_bytes(b"")
+            except OSError:  # that rank is gone already
+                pass
+        _stop(self._processes, _CLOSE_GRACE)
+        self._kill()
+
+    def __enter__(self) -> RankPool:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RankPool(world_size={self._world_size}, pids={list(self.pids)})"
+
+    def _call(self, payload: bytes, timeout: float, deadline: float | None) -> list[Any]:
+        """Run a checked payload; ``deadline`` (the clock of `time.monotonic`) bounds the
+        start and the call together, else the call gets ``timeout`` after the start."""
+        if os.getpid() != self._owner:
+            raise RuntimeError("a RankPool runs only in the process that made it")
+        try:
+            if not self._running():
+                self._start(deadline)
+            message = pickle.dumps((payload, dict(os.environ), os.getcwd(), list(sys.path)))
+            for rank, connection in enumerate(self._connections):
+                try:
+                    connection.send_bytes(message)
+                except OSError:
+                    _raise_died(rank, self._processes[rank])
+            if deadline is None:
+                deadline = time.monotonic() + timeout
+            replies = self._collect(deadline, timeout, starting=False)
+        except BaseException:
+            self._kill()  # a peer may be stuck in a collective
             raise
-    return _run(payload, world_size, timeout)
+        if any(reply.retire for reply in replies):  # a function left its default group
+            self.close()
+        return [pickle.loads(reply.result or b"") for reply in replies]
+
+    def _running(self) -> bool:
+        """Whether every rank runs; if one has gone (killed from outside), stop the rest."""
+        if self._processes and all(p.exitcode is None for p in self._processes):
+            return True
+        self._kill()
+        return False
+
+    def _kill(self) -> None:
+        _kill(self._processes, self._connections, self._owner)
+
+    def _start(self, deadline: float | None) -> None:
+        for attempt in (1, 2):
+            try:
+                self._spawn()
+                if deadline is None:
+                    deadline = time.monotonic() + self._start_timeout
+                self._collect(deadline, self._start_timeout, starting=True)
+                return
+            except RankFailedError as error:
+                self._kill()
+                if attempt == 2 or not _port_was_taken(error):
+                    raise
+
+    def _spawn(self) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        init_method = f"tcp://{_HOST}:{_free_port()}"
+        for rank in range(self._world_size):
+            parent_end, child_end = context.Pipe(duplex=True)
+            process = context.Process(
+                target=_rank_main,
+                args=(rank, self._world_size, init_method, child_end, os.getpid()),
+                name=f"msched-rank-{rank}",
+                daemon=True,
+            )
+            self._processes.append(process)
+            self._connections.append(parent_end)
+            process.start()
+            child_end.close()  # the parent's copy: the rank sees EOF if the parent goes
+
+    def _collect(self, deadline: float, timeout: float, *, starting: bool) -> list[_Reply]:
+        """Every rank's reply, in rank order; raise as soon as one failed, a process died or
+        time ran out."""
+        from multiprocessing.connection import wait
+
+        replies: dict[int, _Reply] = {}
+        while len(replies) < self._world_size:
+            waiting = [r for r in range(self._world_size) if r not in replies]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                _raise_timeout(waiting, self._world_size, timeout, starting)
+            connections = [self._connections[r] for r in waiting]
+            sentinels = [self._processes[r].sentinel for r in waiting]
+            ready = wait([*connections, *sentinels], timeout=remaining)
+            for rank in waiting:
+                if self._connections[rank] in ready:
+                    replies[rank] = self._receive(rank)
+            for rank in waiting:
+                if rank in replies or self._processes[rank].sentinel not in ready:
+                    continue
+                if not self._connections[rank].poll():  # else its reply is read next round
+                    _raise_died(rank, self._processes[rank])
+        return [replies[rank] for rank in range(self._world_size)]
+
+    def _receive(self, rank: int) -> _Reply:
+        try:
+            reply = pickle.loads(self._connections[rank].recv_bytes())
+        except (EOFError, OSError):
+            _raise_died(rank, self._processes[rank])
+        assert isinstance(reply, _Reply)
+        if reply.error:
+            raise RankFailedError(
+                f"rank {rank} raised; every rank was stopped.  Its traceback:\n{reply.error}",
+                rank=rank,
+                child_traceback=reply.error,
+            )
+        return reply
+
+
+class RankPools:
+    """One `RankPool` per world size, each started on first use: what the ``msched_ranks``
+    fixture returns ``run`` of, for a whole test session."""
+
+    def __init__(self, *, start_timeout: float = DEFAULT_TIMEOUT) -> None:
+        _check_timeout(start_timeout, "start_timeout")
+        self._start_timeout = start_timeout
+        self._pools: dict[int, RankPool] = {}
+
+    def pool(self, world_size: int = 2) -> RankPool:
+        """The pool of ``world_size`` ranks (made now if there is none yet)."""
+        positive_int(world_size, "world_size")
+        if world_size not in self._pools:
+            self._pools[world_size] = RankPool(world_size, start_timeout=self._start_timeout)
+        return self._pools[world_size]
+
+    def run(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        world_size: int = 2,
+        timeout: float = DEFAULT_TIMEOUT,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """`RankPool.run` on the pool of ``world_size`` ranks."""
+        payload = _checked_payload(fn, args, kwargs, world_size, timeout)
+        return self.pool(world_size)._call(payload, timeout, None)
+
+    def close(self) -> None:
+        """Close every pool."""
+        for pool in self._pools.values():
+            pool.close()
 
 
 def _port_was_taken(error: RankFailedError) -> bool:
@@ -92,19 +338,23 @@ def _port_was_taken(error: RankFailedError) -> bool:
     return error.rank == 0 and any(marker in error.child_traceback for marker in _PORT_TAKEN)
 
 
+def _check_timeout(timeout: object, name: str) -> None:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise InvalidArgumentError(f"{name} must be a number of seconds > 0, got {timeout!r}")
+
+
 def _checked_payload(
     fn: object, args: tuple[Any, ...], kwargs: Mapping[str, Any], world_size: int, timeout: float
 ) -> bytes:
     positive_int(world_size, "world_size")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise InvalidArgumentError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    _check_timeout(timeout, "timeout")
     if not callable(fn):
         raise InvalidArgumentError(f"fn must be callable, got {fn!r} ({type(fn).__name__})")
     try:
         return pickle.dumps((fn, args, dict(kwargs)))
     except Exception as error:
         raise InvalidArgumentError(
-            f"run_on_ranks sends fn and its arguments to the rank processes by pickling, and "
+            f"the ranks receive fn and its arguments pickled, and "
             f"{getattr(fn, '__qualname__', fn)!r} or an argument does not pickle ({error}): "
             "use a function defined at module level (or functools.partial of one), not a "
             "lambda or a function defined inside another"
@@ -113,11 +363,13 @@ def _checked_payload(
 
 @dataclass
 class _Reply:
-    """What one rank sends back: its result (pickled) or the text of its traceback."""
+    """What one rank sends back: its result (pickled; ``None`` for "joined the group"), or
+    the text of its traceback; ``retire`` when the call left the rank outside its group."""
 
     rank: int
     result: bytes | None
     error: str
+    retire: bool = False
 
 
 def _free_port() -> int:
@@ -126,131 +378,182 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _run(payload: bytes, world_size: int, timeout: float) -> list[Any]:
-    import multiprocessing
-
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    init_method = f"tcp://{_HOST}:{_free_port()}"
-    processes = [
-        context.Process(
-            target=_child,
-            args=(rank, world_size, init_method, timeout, payload, queue),
-            name=f"msched-rank-{rank}",
-            daemon=True,
-        )
-        for rank in range(world_size)
-    ]
-    grace = 0.0  # a failed run kills every rank at once
-    try:
-        for process in processes:
-            process.start()
-        replies = _collect(queue, processes, timeout)
-        grace = 5.0  # each rank has sent its result and is leaving its group
-    finally:
-        _stop(processes, grace)
-        queue.close()
-    return [pickle.loads(replies[rank].result or b"") for rank in range(world_size)]
-
-
-def _collect(queue: Any, processes: list[Any], timeout: float) -> dict[int, _Reply]:
-    """Every rank's reply; raise as soon as one failed, a process died or time ran out."""
-    deadline = time.monotonic() + timeout
-    replies: dict[int, _Reply] = {}
-    while len(replies) < len(processes):
-        try:
-            reply = queue.get(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
-        except queue_module.Empty:  # look at the processes and the clock
-            _check_alive(processes, replies, queue)
-            if time.monotonic() >= deadline:
-                _raise_timeout(processes, replies, timeout)
-            continue
-        if reply.error:
-            _raise_failed(reply)
-        replies[reply.rank] = reply
-    return replies
-
-
-def _check_alive(processes: list[Any], replies: dict[int, _Reply], queue: Any) -> None:
-    """Raise for a rank whose process ended without a reply (killed, or exited early)."""
-    for rank, process in enumerate(processes):
-        if rank in replies or process.exitcode is None:
-            continue
-        try:  # its reply may have arrived after the last look at the queue
-            reply = queue.get(timeout=0.5)
-        except queue_module.Empty:
-            reply = None
-        if reply is not None:
-            if reply.error:
-                _raise_failed(reply)
-            replies[reply.rank] = reply
-            continue
-        raise RankFailedError(
-            f"rank {rank} of {len(processes)} exited with code {process.exitcode} without "
-            "a result (killed, or it called os._exit or sys.exit): every rank was stopped",
-            rank=rank,
-        )
-
-
-def _raise_failed(reply: _Reply) -> None:
+def _raise_died(rank: int, process: BaseProcess) -> NoReturn:
+    process.join(timeout=1.0)
     raise RankFailedError(
-        f"rank {reply.rank} raised; every rank was stopped.  Its traceback:\n{reply.error}",
-        rank=reply.rank,
-        child_traceback=reply.error,
+        f"rank {rank} exited with code {process.exitcode} without a result (killed, or it "
+        "called os._exit or sys.exit): every rank was stopped",
+        rank=rank,
     )
 
 
-def _raise_timeout(processes: list[Any], replies: dict[int, _Reply], timeout: float) -> None:
-    late = tuple(rank for rank in range(len(processes)) if rank not in replies)
+def _raise_timeout(late: list[int], world_size: int, timeout: float, starting: bool) -> None:
+    if starting:
+        raise RanksTimeoutError(
+            f"ranks {late} of {world_size} had not joined the gloo group after {timeout:g} s "
+            "and were killed (starting a rank imports torch: raise the timeout on a busy "
+            "machine)",
+            ranks=tuple(late),
+            timeout=timeout,
+        )
     raise RanksTimeoutError(
-        f"ranks {list(late)} of {len(processes)} had not finished after {timeout:g} s and "
-        "were killed (a rank waiting in a collective the others never join: one skipped it, "
-        "or they issued collectives in different orders); raise timeout= if they are only slow",
-        ranks=late,
+        f"ranks {late} of {world_size} had not finished after {timeout:g} s and were killed "
+        "(a rank waiting in a collective the others never join: one skipped it, or they "
+        "issued collectives in different orders); raise timeout= if they are only slow",
+        ranks=tuple(late),
         timeout=timeout,
     )
 
 
-def _stop(processes: list[Any], grace: float) -> None:
-    """Give the ranks ``grace`` seconds in all to exit, then kill the rest and reap them."""
+def _stop(processes: list[BaseProcess], grace: float) -> None:
+    """Give the processes ``grace`` seconds in all to exit."""
     deadline = time.monotonic() + grace
     for process in processes:
         if process.pid is not None:
             process.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def _kill(processes: list[BaseProcess], connections: list[Connection], owner: int) -> None:
+    """Kill and reap every process still running, close the pipes, empty both lists (in
+    the ``owner`` process only: the ranks are not the children of any other)."""
+    if os.getpid() != owner:
+        return
     for process in processes:
         if process.pid is not None and process.exitcode is None:
             process.kill()
+    for process in processes:
+        if process.pid is not None:
             process.join(timeout=5)
+    for connection in connections:
+        connection.close()
+    processes.clear()
+    connections.clear()
 
 
-def _child(
-    rank: int, world_size: int, init_method: str, timeout: float, payload: bytes, queue: Any
+# --- the rank's side ------------------------------------------------------------------------
+
+
+@dataclass
+class _Baseline:
+    """The process-wide state a rank resets before each call: as it was once it joined."""
+
+    seed: int
+    grad: bool
+    dtype: Any
+    threads: int
+    gloo_ifname: str | None
+
+    @classmethod
+    def now(cls) -> _Baseline:
+        import torch
+
+        return cls(
+            seed=torch.initial_seed(),
+            grad=torch.is_grad_enabled(),
+            dtype=torch.get_default_dtype(),
+            threads=torch.get_num_threads(),
+            gloo_ifname=os.environ.get("GLOO_SOCKET_IFNAME"),
+        )
+
+    def apply(self, environ: dict[str, str], cwd: str, path: list[str]) -> None:
+        import torch
+
+        if self.gloo_ifname is not None:
+            environ.setdefault("GLOO_SOCKET_IFNAME", self.gloo_ifname)
+        for key in [key for key in os.environ if key not in environ]:
+            del os.environ[key]
+        for key, value in environ.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
+        os.chdir(cwd)
+        sys.path[:] = path
+        torch.manual_seed(self.seed)
+        torch.set_grad_enabled(self.grad)
+        torch.set_default_dtype(self.dtype)
+        if torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)
+        if "torch._dynamo" in sys.modules:
+            torch.compiler.reset()
+        if "torch._inductor.utils" in sys.modules:
+            from torch._inductor.utils import clear_caches
+
+            clear_caches()
+
+
+def _rank_main(
+    rank: int, world_size: int, init_method: str, connection: Connection, parent: int
 ) -> None:
     """The body of one rank's process (module level, so that ``spawn`` can import it)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the ranks
+    _exit_with_parent(parent)
+    try:
+        _join_group(rank, world_size, init_method)
+        baseline = _Baseline.now()
+        reply = _Reply(rank, None, "")
+    except BaseException:
+        reply = _Reply(rank, None, traceback.format_exc() or "(no traceback)")
+    while True:
+        try:
+            connection.send_bytes(pickle.dumps(reply))
+        except OSError:  # the parent has gone
+            return
+        if reply.error:
+            # Leaving would close this rank's sockets and fail its peers with "connection
+            # closed by peer", which could reach the parent before this error: wait to be
+            # killed (or for the parent to go).
+            _wait_for_the_parent(connection)
+            return
+        try:
+            message = connection.recv_bytes()
+        except (EOFError, OSError):  # the parent has gone
+            return
+        if not message:  # close: nothing to tear down (gloo's sockets close with the process)
+            _flush()
+            os._exit(0)
+        reply = _run_one(rank, world_size, message, baseline)
+        _flush()  # what fn printed reaches the terminal even if this rank is killed next
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):  # closed or replaced by fn
+            pass
+
+
+def _run_one(rank: int, world_size: int, message: bytes, baseline: _Baseline) -> _Reply:
     import torch.distributed as dist
 
     try:
-        _join_group(rank, world_size, init_method, timeout)
+        payload, environ, cwd, path = pickle.loads(message)
+        baseline.apply(environ, cwd, path)
         fn, args, kwargs = pickle.loads(payload)
-        reply = _Reply(rank, pickle.dumps(_to_cpu(fn(rank, world_size, *args, **kwargs))), "")
+        result = pickle.dumps(_to_cpu(fn(rank, world_size, *args, **kwargs)))
     except BaseException:
-        reply = _Reply(rank, None, traceback.format_exc() or "(no traceback)")
-    _send(queue, reply)
-    if reply.error:
-        # Leaving would close this rank's sockets and fail its peers with "connection closed
-        # by peer", which could reach the parent before this error: wait to be killed.
-        time.sleep(timeout)
-    elif dist.is_initialized():
-        dist.destroy_process_group()
+        return _Reply(rank, None, traceback.format_exc() or "(no traceback)")
+    return _Reply(rank, result, "", retire=not dist.is_initialized())
 
 
-def _send(queue: Any, reply: _Reply) -> None:
-    queue.put(reply)
-    queue.close()
-    queue.join_thread()
+def _wait_for_the_parent(connection: Connection) -> None:
+    try:
+        connection.recv_bytes()
+    except (EOFError, OSError):
+        pass
 
 
-def _join_group(rank: int, world_size: int, init_method: str, timeout: float) -> None:
+def _exit_with_parent(parent: int) -> None:
+    """Exit this process soon after ``parent`` is gone, even while a collective hangs."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_PARENT_POLL)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="msched-rank-parent-watch", daemon=True).start()
+
+
+def _join_group(rank: int, world_size: int, init_method: str) -> None:
     _loopback_for_gloo()
     import torch.distributed as dist
 
@@ -259,7 +562,7 @@ def _join_group(rank: int, world_size: int, init_method: str, timeout: float) ->
         init_method=init_method,
         rank=rank,
         world_size=world_size,
-        timeout=datetime.timedelta(seconds=timeout),
+        timeout=_GROUP_TIMEOUT,
     )
 
 

@@ -4,18 +4,20 @@ compiler=...)`` equals eager on every rank, and eager equals the unsharded `Tiny
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import torch
 
-from msched.testing.ranks import run_on_ranks
 from tests.msched.compile.sharded_compile import compiled_tensor_parallel
 
 
 @pytest.mark.parametrize("compiler", ["fx", pytest.param("inductor", marks=pytest.mark.slow)])
 def test_both_compilers_run_the_tensor_parallel_stack_like_eager_on_every_rank(
-    compiler: str, tmp_path
+    compiler: str, tmp_path, msched_ranks: Callable[..., list[Any]]
 ) -> None:
-    ranks = run_on_ranks(compiled_tensor_parallel, compiler, str(tmp_path), timeout=500.0)
+    ranks = msched_ranks(compiled_tensor_parallel, compiler, str(tmp_path), timeout=500.0)
     for found in ranks:
         assert torch.allclose(found["got"], found["want"], atol=1e-5)
         assert torch.allclose(found["got_capture"], found["want_capture"], atol=1e-5)

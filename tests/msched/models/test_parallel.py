@@ -3,6 +3,7 @@ Dynamo writes them, and their numbers on two real gloo ranks against the unshard
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -10,7 +11,6 @@ import torch
 
 import msched
 from msched.models.decoders import decoder_stack
-from msched.testing.ranks import run_on_ranks
 from tests.msched.models.sharded import CASES, SMALL, collective_host_order, run_unscheduled
 
 c10d = torch.ops._c10d_functional
@@ -103,8 +103,8 @@ def test_bad_sharding_arguments_are_refused(kwargs: dict[str, Any], message: str
 
 
 @pytest.fixture(scope="module")
-def unscheduled_runs() -> list[dict[str, dict[str, Any]]]:
-    return run_on_ranks(run_unscheduled, timeout=240.0)
+def unscheduled_runs(msched_ranks: Callable[..., list[Any]]) -> list[dict[str, dict[str, Any]]]:
+    return msched_ranks(run_unscheduled, timeout=240.0)
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -8,19 +8,19 @@ what issue 34 adds to the scheduler.)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from msched.testing.ranks import run_on_ranks
 from tests.msched.models.sharded import CASES, STREAMS, run_all_scheduled
 
 Runs = list[dict[str, dict[int, dict[str, Any]]]]
 
 
 @pytest.fixture(scope="module")
-def scheduled_runs() -> Runs:
-    return run_on_ranks(run_all_scheduled, timeout=400.0)
+def scheduled_runs(msched_ranks: Callable[..., list[Any]]) -> Runs:
+    return msched_ranks(run_all_scheduled, timeout=400.0)
 
 
 def _each_rank(runs: Runs, case: str, k: int) -> list[dict[str, Any]]:

@@ -1,26 +1,47 @@
-"""`run_on_ranks`: a function on N real gloo ranks, results in rank order, failures named.
+"""`RankPool` and `run_on_ranks`: functions on N real gloo ranks, results in rank order,
+failures named, processes reused until a failure and never left behind.
 
-Every run starts processes that import torch (a few seconds each), so each behaviour is one
-run; a hang is given a timeout of a few seconds, so it fails here instead of hanging the run.
+Starting ranks imports torch in each (a few seconds), so the tests share the session's pool of
+the ``msched_ranks`` fixture where they can: the failure tests kill it by design and check that
+the next call starts it again, which leaves it running for the tests after them.  A hang is
+given a timeout of a few seconds, so it fails here instead of hanging the run.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
 
 import msched
-from msched.testing.ranks import run_on_ranks
+from msched.testing.ranks import RankPool, RankPools, run_on_ranks
+
+RunOnRanks = Callable[..., list[Any]]
 
 
 def _all_reduced(rank: int, world_size: int, scale: float, *, offset: float = 0.0) -> dict:
     t = torch.full((2,), float(rank + 1)) * scale + offset
     dist.all_reduce(t)
-    return {"rank": rank, "dist_rank": dist.get_rank(), "size": world_size, "sum": [t]}
+    return {
+        "rank": rank,
+        "dist_rank": dist.get_rank(),
+        "size": world_size,
+        "sum": [t],
+        "pid": os.getpid(),
+    }
+
+
+def _pid_and_sum(rank: int, world_size: int, scale: float) -> tuple[int, float]:
+    t = torch.tensor([float(rank + 1) * scale])
+    dist.all_reduce(t)
+    return os.getpid(), t.item()
 
 
 def _raises_on_rank_one(rank: int, world_size: int) -> int:
@@ -38,35 +59,144 @@ def _skips_the_collective_on_rank_one(rank: int, world_size: int) -> int:
     return rank
 
 
-def test_results_come_back_in_rank_order_and_an_all_reduce_sums() -> None:
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _pids(run: RunOnRanks) -> list[int]:
+    return [pid for pid, _ in run(_pid_and_sum, 1.0)]
+
+
+def test_results_come_back_in_rank_order_and_the_one_shot_form_leaves_no_process() -> None:
     results = run_on_ranks(_all_reduced, 2.0, world_size=3, offset=1.0)
     assert [r["rank"] for r in results] == [0, 1, 2]
     assert [r["dist_rank"] for r in results] == [0, 1, 2]
     assert {r["size"] for r in results} == {3}
     for r in results:  # (1+2+3) * 2 + 3 * 1
         assert torch.equal(r["sum"][0], torch.full((2,), 15.0))
+    pids = {r["pid"] for r in results}
+    assert len(pids) == 3 and os.getpid() not in pids
+    assert not any(_alive(pid) for pid in pids)  # its pool was closed
 
 
-def test_a_partial_of_a_module_function_runs_on_one_rank() -> None:
-    assert run_on_ranks(functools.partial(_all_reduced, scale=1.0), world_size=1)[0]["rank"] == 0
+def test_a_partial_of_a_module_function_runs(msched_ranks: RunOnRanks) -> None:
+    results = msched_ranks(functools.partial(_all_reduced, scale=1.0))
+    assert [r["rank"] for r in results] == [0, 1]
 
 
-def test_an_exception_on_rank_one_names_the_rank_and_holds_its_traceback() -> None:
+def test_many_calls_on_the_pool_run_in_the_same_processes(msched_ranks: RunOnRanks) -> None:
+    first = msched_ranks(_pid_and_sum, 1.0)
+    pids = [pid for pid, _ in first]
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+    for scale in (1.0, 2.0, 3.0, 4.0, 5.0):
+        assert msched_ranks(_pid_and_sum, scale) == [(pid, 3.0 * scale) for pid in pids]
+
+
+def test_an_exception_on_rank_one_names_the_rank_and_the_next_call_starts_afresh(
+    msched_ranks: RunOnRanks,
+) -> None:
+    before = _pids(msched_ranks)
     start = time.monotonic()
     with pytest.raises(msched.RankFailedError, match="rank 1 raised") as raised:
-        run_on_ranks(_raises_on_rank_one, timeout=60.0)
+        msched_ranks(_raises_on_rank_one, timeout=60.0)
     assert raised.value.rank == 1
     assert "ValueError: rank one cannot go on" in raised.value.child_traceback
     assert "_raises_on_rank_one" in str(raised.value)
-    assert time.monotonic() - start < 50  # rank 0 was killed, not waited for
+    assert time.monotonic() - start < 30  # rank 0 was killed, not waited for
+    assert not any(_alive(pid) for pid in before)  # a peer may have been stuck: all killed
+    after = msched_ranks(_all_reduced, 1.0)
+    assert [torch.equal(r["sum"][0], torch.full((2,), 3.0)) for r in after] == [True, True]
+    assert set(_pids(msched_ranks)).isdisjoint(before)
 
 
-def test_a_rank_left_waiting_in_a_collective_fails_with_the_timeout() -> None:
+def test_a_rank_left_waiting_in_a_collective_fails_with_the_timeout_and_the_next_call_works(
+    msched_ranks: RunOnRanks,
+) -> None:
+    before = _pids(msched_ranks)  # the ranks run: the timeout counts the call alone
     start = time.monotonic()
-    with pytest.raises(msched.RanksTimeoutError, match=r"after 4 s and were killed") as raised:
-        run_on_ranks(_skips_the_collective_on_rank_one, timeout=4.0)
-    assert 0 in raised.value.ranks and raised.value.timeout == 4.0
-    assert time.monotonic() - start < 30
+    with pytest.raises(msched.RanksTimeoutError, match=r"after 3 s and were killed") as raised:
+        msched_ranks(_skips_the_collective_on_rank_one, timeout=3.0)
+    assert 0 in raised.value.ranks and raised.value.timeout == 3.0
+    assert 3.0 <= time.monotonic() - start < 20
+    assert not any(_alive(pid) for pid in before)
+    assert [s for _, s in msched_ranks(_pid_and_sum, 2.0)] == [6.0, 6.0]
+
+
+def test_the_one_shot_form_counts_the_start_in_its_timeout() -> None:
+    start = time.monotonic()
+    with pytest.raises(msched.RanksTimeoutError, match=r"after 0\.5 s and were killed"):
+        run_on_ranks(_all_reduced, 1.0, timeout=0.5)  # importing torch alone takes longer
+    assert time.monotonic() - start < 15
+
+
+def _leaves_state_behind(rank: int, world_size: int) -> float:
+    draw = torch.randn(1).item()
+    os.environ["MSCHED_LEFT_BEHIND"] = "1"
+    os.chdir("/")
+    torch.set_grad_enabled(False)
+    torch.set_default_dtype(torch.float64)
+    return draw
+
+
+def _state(rank: int, world_size: int) -> dict[str, Any]:
+    return {
+        "left": os.environ.get("MSCHED_LEFT_BEHIND"),
+        "parent": os.environ.get("MSCHED_FROM_THE_TEST"),
+        "cwd": os.getcwd(),
+        "grad": torch.is_grad_enabled(),
+        "dtype": torch.get_default_dtype(),
+        "draw": torch.randn(1).item(),
+    }
+
+
+def test_a_call_sees_the_callers_environment_not_the_state_a_call_before_left(
+    msched_ranks: RunOnRanks, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    draws = msched_ranks(_leaves_state_behind)
+    monkeypatch.setenv("MSCHED_FROM_THE_TEST", "yes")
+    monkeypatch.chdir(tmp_path)
+    for rank, state in enumerate(msched_ranks(_state)):
+        assert state == {
+            "left": None,
+            "parent": "yes",
+            "cwd": str(tmp_path),
+            "grad": True,
+            "dtype": torch.float32,
+            "draw": draws[rank],  # the generator reseeded as it started
+        }
+
+
+def _leaves_the_group(rank: int, world_size: int) -> int:
+    dist.destroy_process_group()
+    return os.getpid()
+
+
+@pytest.mark.slow
+def test_a_function_that_leaves_the_group_gets_its_results_and_new_ranks_follow() -> None:
+    pools = RankPools()
+    try:
+        pids = pools.run(_leaves_the_group)
+        assert len(set(pids)) == 2 and not any(_alive(pid) for pid in pids)
+        assert set(_pids(pools.run)).isdisjoint(pids)
+    finally:
+        pools.close()
+
+
+@pytest.mark.slow
+def test_a_closed_pool_stops_its_ranks_and_starts_again_when_called() -> None:
+    with RankPool(world_size=1) as pool:
+        assert pool.pids == ()
+        assert pool.run(_pid_and_sum, 1.0)[0][1] == 1.0
+        (pid,) = pool.pids
+        assert _alive(pid) and pid != os.getpid()
+    assert pool.pids == () and not _alive(pid)
+    assert pool.run(_pid_and_sum, 2.0)[0][1] == 2.0
+    pool.close()
+    assert pool.pids == ()
 
 
 def _local_function_of_a_test() -> object:
@@ -88,8 +218,16 @@ def _local_function_of_a_test() -> object:
         (lambda: run_on_ranks(lambda rank, size: rank), "not a lambda"),
         (lambda: run_on_ranks(_local_function_of_a_test()), "does not pickle"),
         (lambda: run_on_ranks(_all_reduced, lambda: 1), "an argument does not pickle"),
+        (lambda: RankPool(0), "world_size must be >= 1"),
+        (lambda: RankPool(2, start_timeout=-1), "start_timeout must be a number"),
+        (lambda: RankPool(1).run(lambda rank, size: rank), "not a lambda"),
+        (lambda: RankPool(1).run(_all_reduced, timeout=True), "timeout must be a number"),
+        (lambda: RankPools().run(_all_reduced, world_size=1.5), "world_size must be an int"),
     ],
-    ids=["zero", "str", "bool", "timeout0", "timeout-str", "uncallable", "lambda", "local", "arg"],
+    ids=[
+        *("zero", "str", "bool", "timeout0", "timeout-str", "uncallable", "lambda", "local"),
+        *("arg", "pool-zero", "pool-start", "pool-lambda", "pool-timeout", "pools-size"),
+    ],
 )
 def test_bad_arguments_are_refused_before_any_process_starts(call, message: str) -> None:
     with pytest.raises(msched.InvalidArgumentError, match=message):
