@@ -7,9 +7,9 @@ views / ``getitem`` / symbolic-int nodes / metadata reads (``x.shape``, ``x.size
 everything else 1; ``call_module`` nodes by their module's type (``nn.Linear`` and
 ``nn.Conv*`` are matmuls, whatever their path is called); a collective its communication
 time ``comm`` (30), a ``wait_tensor`` 0.  `RooflineCostModel` estimates microseconds from
-shapes (``meta["val"]`` or ``meta["tensor_meta"]``: FLOPs against bytes moved, weights
-included for modules; a collective's bytes over a link bandwidth plus a latency) and falls
-back to the table where shapes are missing.
+shapes (``meta["val"]``, Dynamo's ``meta["example_value"]`` or ``meta["tensor_meta"]``:
+FLOPs against bytes moved, weights included for modules; a collective's bytes over a link
+bandwidth plus a latency) and falls back to the table where shapes are missing.
 Any object with ``cost(node) -> float`` is a cost model; whoever calls it passes each value
 through `checked_cost`, so a cost that is not a finite, non-negative real number is an
 `msched.InvalidArgumentError` naming the node, the value and the model, not a ``ValueError``
@@ -77,11 +77,17 @@ def lower_bound(critical_path: float, total_cost: float, num_streams: int) -> fl
 
 def _setting(name: str, value: object, positive: bool = False) -> float:
     """A cost model's numeric setting as a float, or `msched.InvalidArgumentError`."""
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    number = float(value) if ok else math.nan  # type: ignore[arg-type]
+    number = math.nan
+    if not isinstance(value, bool) and isinstance(value, numbers.Real):
+        try:
+            number = float(value)
+        except OverflowError:  # an int too large for a float
+            number = _INF
     if not (0.0 < number if positive else 0.0 <= number) or number == _INF:
         kind = "positive" if positive else "non-negative"
-        raise InvalidArgumentError(f"{name} must be a finite, {kind} number, got {value!r}")
+        raise InvalidArgumentError(
+            f"{name} must be a finite, {kind} number, got {reprlib.repr(value)}"
+        )
     return number
 
 
@@ -185,8 +191,17 @@ def _symbolic_value(node: Node) -> bool:
     return isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool))
 
 
+def _value(node: Node) -> Any:
+    """The fake value of ``node``: ``meta["val"]``, else Dynamo's ``meta["example_value"]``
+    (as `msched.analysis.effects` reads them); None when it has neither."""
+    meta = node.meta
+    return meta["val"] if "val" in meta else meta.get("example_value")
+
+
 def _is_free(node: Node) -> bool:
-    return _free_target(node) or _symbolic_value(node)
+    return _free_target(node) or isinstance(
+        _value(node), (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
+    )
 
 
 #: `DefaultCostModel.COMM`: what a collective's communication costs unless ``comm`` is given.
@@ -254,7 +269,8 @@ class RooflineCostModel:
     ``2 * outputs * contracted`` FLOPs (input features, or input channels per group times the
     kernel size) and every module also reads its own weights; others (embeddings, norms,
     activations) move bytes only.  Shapes come from ``node.meta["val"]`` or
-    ``node.meta["tensor_meta"]`` (`torch.fx.passes.shape_prop`); a linear layer without an
+    ``node.meta["tensor_meta"]`` (`torch.fx.passes.shape_prop`), or in a graph Dynamo
+    captured from ``node.meta["example_value"]``; a linear layer without an
     output shape takes it from its input's.  The defaults are roughly one H100 in bf16; pass
     your own peak numbers for other parts.  Nodes without shapes fall back to
     `DefaultCostModel`; metadata reads and views cost 0.
@@ -266,6 +282,10 @@ class RooflineCostModel:
     the ring or tree moves each byte.  The defaults, 200e9 bytes/s and 10 us, are about an
     all-reduce of a few MB among 8 H100s over NVLink; give the numbers of your own link
     (InfiniBand between nodes is several times slower).  A ``wait_tensor`` costs 0.
+
+    ``peak_flops`` (FLOP/s), ``bandwidth`` (bytes/s) and ``link_bandwidth`` must be finite
+    numbers > 0, ``launch_us`` and ``link_latency_us`` finite numbers >= 0 (``bool`` is not
+    a number here); anything else is an `msched.InvalidArgumentError` naming the setting.
     """
 
     def __init__(
@@ -276,9 +296,9 @@ class RooflineCostModel:
         link_bandwidth: float = 200e9,
         link_latency_us: float = 10.0,
     ) -> None:
-        self.peak_flops = peak_flops
-        self.bandwidth = bandwidth
-        self.launch_us = launch_us
+        self.peak_flops = _setting("peak_flops", peak_flops, positive=True)
+        self.bandwidth = _setting("bandwidth", bandwidth, positive=True)
+        self.launch_us = _setting("launch_us", launch_us)
         self.link_bandwidth = _setting("link_bandwidth", link_bandwidth, positive=True)
         self.link_latency_us = _setting("link_latency_us", link_latency_us)
         self._fallback = DefaultCostModel()
@@ -316,8 +336,8 @@ class RooflineCostModel:
         return self._time(module_work(module, node, out, inputs), moved)
 
     def _collective_cost(self, node: Node) -> float:
-        result = _tensor_bytes(node.meta.get("val"))
-        found = [_tensor_bytes(n.meta.get("val")) for n in node.all_input_nodes]
+        result = _tensor_bytes(_value(node))
+        found = [_tensor_bytes(_value(n)) for n in node.all_input_nodes]
         inputs = [b for b in found if b is not None]
         if result is None and not inputs:
             return self._fallback.cost(node)
@@ -334,9 +354,10 @@ _Shape = tuple[tuple[int, ...], int]
 
 
 def _shape_of(node: Node) -> _Shape | None:
-    """The shape of the tensor ``node`` produces, from ``meta["val"]`` or
-    ``meta["tensor_meta"]``; None when it has neither (or produces no tensor)."""
-    val = node.meta.get("val")
+    """The shape of the tensor ``node`` produces, from ``meta["val"]`` (Dynamo's
+    ``meta["example_value"]`` when there is none) or ``meta["tensor_meta"]``; None when it
+    has neither (or produces no tensor)."""
+    val = _value(node)
     if isinstance(val, torch.Tensor):
         return tuple(_static(d) for d in val.shape), val.element_size()
     meta = node.meta.get("tensor_meta")

@@ -294,3 +294,61 @@ def test_roofline_prices_a_collective_as_bytes_over_the_link_plus_latency() -> N
         msched.RooflineCostModel(link_bandwidth=0.0)
     with pytest.raises(msched.InvalidArgumentError, match="link_latency_us"):
         msched.RooflineCostModel(link_latency_us=-1.0)
+
+
+def _as_dynamo_meta(graph: Graph) -> Graph:
+    """``graph`` with its fake values where Dynamo keeps them: ``meta["example_value"]``."""
+    for node in graph.nodes:
+        if "val" in node.meta:
+            node.meta["example_value"] = node.meta.pop("val")
+    return graph
+
+
+def test_roofline_reads_dynamos_example_values() -> None:
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.relu(a @ b)
+
+    big = torch.randn(4096, 4096)
+    graph = _as_dynamo_meta(make_fx(f, tracing_mode="fake")(big, big).graph)
+    model = msched.RooflineCostModel()
+    mm = next(n for n in graph.nodes if n.target == aten.mm.default)
+    assert model.cost(mm) == pytest.approx(2 * 4096**3 / model.peak_flops * 1e6 + 2.0)
+    g = _as_dynamo_meta(_collective_graph())
+    costs = {n.name: msched.RooflineCostModel(link_bandwidth=1024e6, link_latency_us=5.0).cost(n)
+             for n in g.nodes}  # fmt: skip
+    assert costs["all_reduce"] == 5.0 + 1.0 and costs["all_gather_into_tensor"] == 5.0 + 2.0
+
+
+def test_roofline_reads_a_graph_dynamo_captured() -> None:
+    captured: list[torch.fx.GraphModule] = []
+
+    def backend(gm: torch.fx.GraphModule, example: object) -> object:
+        captured.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(lambda x, w: (x @ w).relu(), backend=backend, fullgraph=True)(
+        torch.randn(512, 256), torch.randn(256, 1024)
+    )
+    model = msched.RooflineCostModel()
+    (mm,) = (n for n in captured[0].graph.nodes if op_category(n) == "matmul")
+    assert "val" not in mm.meta
+    flops, moved = 2 * 512 * 1024 * 256, 4 * (512 * 256 + 256 * 1024 + 512 * 1024)
+    seconds = max(flops / model.peak_flops, moved / model.bandwidth)
+    assert model.cost(mm) == pytest.approx(seconds * 1e6 + 2.0)  # not the table's 10
+
+
+@pytest.mark.parametrize(
+    "setting", ["peak_flops", "bandwidth", "link_bandwidth", "launch_us", "link_latency_us"]
+)
+@pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf"), "1e12", True, None, 10**400])
+def test_roofline_refuses_a_bad_setting(setting: str, value: object) -> None:
+    with pytest.raises(msched.InvalidArgumentError, match=setting):
+        msched.RooflineCostModel(**{setting: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("setting", ["peak_flops", "bandwidth", "link_bandwidth"])
+def test_roofline_refuses_a_zero_rate(setting: str) -> None:
+    with pytest.raises(msched.InvalidArgumentError, match=f"{setting} must be a finite, positive"):
+        msched.RooflineCostModel(**{setting: 0})  # type: ignore[arg-type]
+    assert msched.RooflineCostModel(launch_us=0).launch_us == 0.0
