@@ -43,6 +43,7 @@ gone (killed, or crashed) exits within a second on its own.
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import pickle
 import signal
@@ -57,18 +58,30 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from msched.errors import InvalidArgumentError, RankFailedError, RanksTimeoutError
+from msched.errors import InvalidArgumentError, RankFailedError, RanksTimeoutError, one_line
 from msched.limits import positive_int
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
     from multiprocessing.process import BaseProcess
 
-__all__ = ["DEFAULT_TIMEOUT", "RankPool", "RankPools", "run_on_ranks"]
+__all__ = ["DEFAULT_TIMEOUT", "MAX_WORLD_SIZE", "RankPool", "RankPools", "run_on_ranks"]
 
 #: Seconds a call waits for all ranks by default, and a pool waits for its ranks to start
 #: (starting each process imports torch: a few seconds per rank on a busy machine).
 DEFAULT_TIMEOUT = 120.0
+#: The most ranks a pool runs.  Each rank is a CPU process that imports torch (about 200-300
+#: MB of memory, and seconds of CPU to start), so 16 ranks already take 3-5 GB; a typo such
+#: as ``world_size=300`` would exhaust a test machine's memory before any timeout fires.  The
+#: graphs msched tests shard over 2-8 ranks (tensor and expert parallelism within one node).
+MAX_WORLD_SIZE = 16
+_WHY_MAX_WORLD_SIZE = (
+    f"a pool runs at most MAX_WORLD_SIZE = {MAX_WORLD_SIZE} ranks (each is a process that "
+    "imports torch, 200-300 MB of memory)"
+)
+#: True in a rank's process: a function running on a rank cannot start ranks of its own (a
+#: rank is a daemon process, and those may not have children).
+_IN_RANK = False
 _HOST = "127.0.0.1"
 _PORT_TAKEN = ("EADDRINUSE", "Address already in use")
 _LOOPBACK_NAMES = ("lo", "lo0")
@@ -102,10 +115,13 @@ def run_on_ranks(
     ``timeout`` are taken by this function, so ``fn`` cannot receive keyword arguments of
     those names.
 
-    Raises `msched.InvalidArgumentError` for a ``world_size`` that is not an int >= 1, a
-    ``timeout`` that is not a positive number, or an ``fn`` that is not callable or does not
-    pickle; `msched.RankFailedError` when a rank raises or dies; `msched.RanksTimeoutError`
-    when the ranks have not all finished after ``timeout`` seconds (all are killed).
+    Raises `msched.InvalidArgumentError` for a ``world_size`` that is not an int in
+    ``1..MAX_WORLD_SIZE``, a ``timeout`` that is not a finite number > 0, an ``fn`` that is
+    not callable or does not pickle, or a call from a function running on a rank (nested
+    ranks are not supported), all before any process starts; `msched.RankFailedError` when
+    a rank raises (its message names the exception: a result that does not pickle, too) or
+    dies; `msched.RanksTimeoutError` when the ranks have not all finished after ``timeout``
+    seconds (all are killed).
     """
     payload = _checked_payload(fn, args, kwargs, world_size, timeout)
     with RankPool(world_size, start_timeout=timeout) as pool:
@@ -139,7 +155,7 @@ class RankPool:
     """
 
     def __init__(self, world_size: int = 2, *, start_timeout: float = DEFAULT_TIMEOUT) -> None:
-        self._world_size = positive_int(world_size, "world_size")
+        self._world_size = _check_world_size(world_size)
         _check_timeout(start_timeout, "start_timeout")
         self._start_timeout = float(start_timeout)
         self._owner = os.getpid()
@@ -291,8 +307,10 @@ class RankPool:
             _raise_died(rank, self._processes[rank])
         assert isinstance(reply, _Reply)
         if reply.error:
+            cause = next((ln for ln in reversed(reply.error.splitlines()) if ln.strip()), "")
             raise RankFailedError(
-                f"rank {rank} raised; every rank was stopped.  Its traceback:\n{reply.error}",
+                f"rank {rank} raised {cause.strip()}; every rank was stopped.  Its "
+                f"traceback:\n{reply.error}",
                 rank=rank,
                 child_traceback=reply.error,
             )
@@ -310,7 +328,7 @@ class RankPools:
 
     def pool(self, world_size: int = 2) -> RankPool:
         """The pool of ``world_size`` ranks (made now if there is none yet)."""
-        positive_int(world_size, "world_size")
+        _check_world_size(world_size)
         if world_size not in self._pools:
             self._pools[world_size] = RankPool(world_size, start_timeout=self._start_timeout)
         return self._pools[world_size]
@@ -338,15 +356,31 @@ def _port_was_taken(error: RankFailedError) -> bool:
     return error.rank == 0 and any(marker in error.child_traceback for marker in _PORT_TAKEN)
 
 
+def _check_world_size(world_size: object) -> int:
+    return positive_int(world_size, "world_size", MAX_WORLD_SIZE, _WHY_MAX_WORLD_SIZE)
+
+
 def _check_timeout(timeout: object, name: str) -> None:
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise InvalidArgumentError(f"{name} must be a number of seconds > 0, got {timeout!r}")
+    """A positive, finite number of seconds: infinity is refused (a hang must fail, and the
+    ranks' waits cannot take it), as are NaN, bools and other types."""
+    number = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+    if not number or not 0 < timeout < math.inf:  # type: ignore[operator]
+        raise InvalidArgumentError(
+            f"{name} must be a finite number of seconds > 0, got {timeout!r} (a call that "
+            "hangs must fail after some time: give a large number for a slow one)"
+        )
 
 
 def _checked_payload(
     fn: object, args: tuple[Any, ...], kwargs: Mapping[str, Any], world_size: int, timeout: float
 ) -> bytes:
-    positive_int(world_size, "world_size")
+    if _IN_RANK:
+        raise InvalidArgumentError(
+            "run_on_ranks and RankPool.run cannot be called from a function running on a rank "
+            "(nested ranks are not supported: a rank is a daemon process, which may not start "
+            "processes); call the collectives of the group the rank is in instead"
+        )
+    _check_world_size(world_size)
     _check_timeout(timeout, "timeout")
     if not callable(fn):
         raise InvalidArgumentError(f"fn must be callable, got {fn!r} ({type(fn).__name__})")
@@ -484,6 +518,8 @@ def _rank_main(
     rank: int, world_size: int, init_method: str, connection: Connection, parent: int
 ) -> None:
     """The body of one rank's process (module level, so that ``spawn`` can import it)."""
+    global _IN_RANK  # noqa: PLW0603 - set once, in the rank's own process
+    _IN_RANK = True
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the ranks
     _exit_with_parent(parent)
     try:
@@ -529,7 +565,14 @@ def _run_one(rank: int, world_size: int, message: bytes, baseline: _Baseline) ->
         payload, environ, cwd, path = pickle.loads(message)
         baseline.apply(environ, cwd, path)
         fn, args, kwargs = pickle.loads(payload)
-        result = pickle.dumps(_to_cpu(fn(rank, world_size, *args, **kwargs)))
+        value = _to_cpu(fn(rank, world_size, *args, **kwargs))
+        try:
+            result = pickle.dumps(value)
+        except Exception as error:
+            raise InvalidArgumentError(
+                f"the result of fn ({type(value).__name__}) does not pickle: {one_line(error)} "
+                "(return tensors, numbers, strings and containers of them)"
+            ) from error
     except BaseException:
         return _Reply(rank, None, traceback.format_exc() or "(no traceback)")
     return _Reply(rank, result, "", retire=not dist.is_initialized())

@@ -10,6 +10,7 @@ given a timeout of a few seconds, so it fails here instead of hanging the run.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import time
 from collections.abc import Callable
@@ -21,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 import msched
-from msched.testing.ranks import RankPool, RankPools, run_on_ranks
+from msched.testing.ranks import MAX_WORLD_SIZE, RankPool, RankPools, run_on_ranks
 
 RunOnRanks = Callable[..., list[Any]]
 
@@ -212,23 +213,62 @@ def _local_function_of_a_test() -> object:
         (lambda: run_on_ranks(_all_reduced, 1.0, world_size=0), "world_size must be >= 1"),
         (lambda: run_on_ranks(_all_reduced, 1.0, world_size="2"), "world_size must be an int"),
         (lambda: run_on_ranks(_all_reduced, 1.0, world_size=True), "world_size must be an int"),
-        (lambda: run_on_ranks(_all_reduced, 1.0, timeout=0), "timeout must be a number"),
-        (lambda: run_on_ranks(_all_reduced, 1.0, timeout="1"), "timeout must be a number"),
+        (lambda: run_on_ranks(_all_reduced, 1.0, timeout=0), "timeout must be a finite number"),
+        (lambda: run_on_ranks(_all_reduced, 1.0, timeout="1"), "timeout must be a finite number"),
         (lambda: run_on_ranks("fn"), "fn must be callable"),
         (lambda: run_on_ranks(lambda rank, size: rank), "not a lambda"),
         (lambda: run_on_ranks(_local_function_of_a_test()), "does not pickle"),
         (lambda: run_on_ranks(_all_reduced, lambda: 1), "an argument does not pickle"),
         (lambda: RankPool(0), "world_size must be >= 1"),
-        (lambda: RankPool(2, start_timeout=-1), "start_timeout must be a number"),
+        (lambda: RankPool(2, start_timeout=-1), "start_timeout must be a finite number"),
         (lambda: RankPool(1).run(lambda rank, size: rank), "not a lambda"),
-        (lambda: RankPool(1).run(_all_reduced, timeout=True), "timeout must be a number"),
+        (lambda: RankPool(1).run(_all_reduced, timeout=True), "timeout must be a finite number"),
         (lambda: RankPools().run(_all_reduced, world_size=1.5), "world_size must be an int"),
+        (lambda: run_on_ranks(_all_reduced, 1.0, world_size=10**6), "world_size must be <= 16"),
+        (lambda: RankPool(MAX_WORLD_SIZE + 1), "MAX_WORLD_SIZE = 16"),
+        (lambda: RankPools().pool(300), "world_size must be <= 16"),
+        (lambda: run_on_ranks(_all_reduced, 1.0, timeout=math.inf), "finite number of seconds"),
+        (lambda: run_on_ranks(_all_reduced, 1.0, timeout=math.nan), "finite number of seconds"),
+        (lambda: RankPool(1, start_timeout=math.inf), "start_timeout must be a finite"),
+        (lambda: RankPools().run(_all_reduced, timeout=math.inf), "timeout must be a finite"),
     ],
     ids=[
         *("zero", "str", "bool", "timeout0", "timeout-str", "uncallable", "lambda", "local"),
         *("arg", "pool-zero", "pool-start", "pool-lambda", "pool-timeout", "pools-size"),
+        *("huge", "pool-huge", "pools-huge", "timeout-inf", "timeout-nan", "start-inf"),
+        "pools-timeout-inf",
     ],
 )
-def test_bad_arguments_are_refused_before_any_process_starts(call, message: str) -> None:
+def test_bad_arguments_are_refused_before_any_process_starts(
+    call, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_process(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr(RankPool, "_spawn", no_process)
     with pytest.raises(msched.InvalidArgumentError, match=message):
         call()
+
+
+def _result_that_does_not_pickle(rank: int, world_size: int) -> object:
+    return lambda: rank
+
+
+def _nested(rank: int, world_size: int) -> list[Any]:
+    return run_on_ranks(_pid_and_sum, 1.0, world_size=1)
+
+
+def test_a_result_that_does_not_pickle_names_the_cause(msched_ranks: RunOnRanks) -> None:
+    with pytest.raises(msched.RankFailedError) as raised:
+        msched_ranks(_result_that_does_not_pickle, world_size=1, timeout=60)
+    first = str(raised.value).splitlines()[0]
+    assert "the result of fn (function) does not pickle" in first
+    assert "local object" in first  # the pickling error's own words
+
+
+def test_calling_ranks_from_a_rank_is_refused_clearly(msched_ranks: RunOnRanks) -> None:
+    with pytest.raises(msched.RankFailedError) as raised:
+        msched_ranks(_nested, world_size=1, timeout=60)
+    first = str(raised.value).splitlines()[0]
+    assert "InvalidArgumentError" in first and "nested ranks are not supported" in first
+    assert "daemonic" not in raised.value.child_traceback
