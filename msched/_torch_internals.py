@@ -94,6 +94,12 @@ def schema_of(op: OpOverload) -> FunctionSchema:
 registered_op_names = require(torch._C, "_dispatch_get_all_op_names", "msched.proof.lookalikes")
 
 
+def custom_op_overload(op: Any) -> OpOverload | None:
+    """The op a ``torch.library.custom_op`` result (a ``CustomOpDef``) calls, else ``None``."""
+    found = getattr(op, "_opoverload", None)
+    return found if isinstance(found, OpOverload) else None
+
+
 def qualified_name(packet: OpOverloadPacket) -> str:
     """``aten::add`` for ``torch.ops.aten.add``."""
     return packet._qualified_op_name

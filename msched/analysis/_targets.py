@@ -37,6 +37,7 @@ from msched._torch_internals import (
     HigherOrderOperator,
     OpOverload,
     OpOverloadPacket,
+    custom_op_overload,
     has_forward_hooks,
     qualified_name,
     schema_of,
@@ -148,7 +149,9 @@ def _is_target(op: Any) -> bool:
     return callable(op)
 
 
-def _check_target(function: str, op: Any) -> None:
+def _check_target(function: str, op: Any) -> Any:
+    """``op`` checked as a node target; a ``torch.library.custom_op`` result is read as its op."""
+    op = custom_op_overload(op) or op
     if not _is_target(op):
         raise InvalidArgumentError(
             f"{function}: {op!r} is not an op, a function or an nn.Module (type or instance); "
@@ -158,6 +161,7 @@ def _check_target(function: str, op: Any) -> None:
         hash(op)
     except TypeError:
         raise InvalidArgumentError(f"{function}: {op!r} is not hashable") from None
+    return op
 
 
 def register_mutation(op: Any, *arg_names: str) -> None:
@@ -167,7 +171,7 @@ def register_mutation(op: Any, *arg_names: str) -> None:
     functions called through ``call_function`` or custom ops defined without ``mutates_args``.
     Registering an ``OpOverloadPacket`` covers all of its overloads.
     """
-    _check_target("register_mutation", op)
+    op = _check_target("register_mutation", op)
     if not arg_names:
         raise InvalidArgumentError(f"register_mutation({op!r}) needs at least one argument name")
     bad = [n for n in arg_names if not isinstance(n, str)]
@@ -189,7 +193,7 @@ def register_side_effect(op: Any) -> None:
 
     ``op`` is an op, a function, or an ``nn.Module`` subclass or instance (``call_module``).
     """
-    _check_target("register_side_effect", op)
+    op = _check_target("register_side_effect", op)
     _REGISTERED_SIDE_EFFECTS.add(op)
     _OP_INFO_CACHE.clear()
 
@@ -201,7 +205,7 @@ def register_pure(op: Any) -> None:
     every tensor it receives; this makes such a target as precise as a plain aten op.  ``op``
     is an op, a function, or an ``nn.Module`` subclass (its exact type) or instance.
     """
-    _check_target("register_pure", op)
+    op = _check_target("register_pure", op)
     _REGISTERED_PURE.add(op)
     _OP_INFO_CACHE.clear()
 
@@ -213,7 +217,7 @@ def register_fresh_results(op: Any) -> None:
     Without it, the results of a multi-output op that writes are read as aliases of what it
     writes (``out=`` tensors come back that way).  For ops whose schema cannot say it: a
     ``Tensor[]`` result carries no alias set of its own (msched's kernel-order ops)."""
-    _check_target("register_fresh_results", op)
+    op = _check_target("register_fresh_results", op)
     if not isinstance(op, OpOverload):
         raise InvalidArgumentError(f"register_fresh_results needs an OpOverload, got {op!r}")
     _REGISTERED_FRESH_RESULTS.add(op)

@@ -31,10 +31,12 @@ from typing import Any
 
 from torch.fx import Graph, Node
 
+from msched._torch_internals import OpOverload, OpOverloadPacket, schema_of
 from msched.analysis._collective_targets import (
-    FUNCTIONAL,
     REGISTERED,
+    communication_entry,
     functional_name,
+    is_communication_namespace,
     op_name,
     registered_group,
 )
@@ -78,9 +80,12 @@ def register_collective(op: Any, group: str | None = None) -> None:
     order and orders consecutive ones by happens-before, so every rank issues them alike.
     What it reads and writes comes from its schema, as for any op (`register_mutation` for a
     schema that does not mark a write).  Registering an ``OpOverloadPacket`` covers its
-    overloads.
+    overloads, and an overload covers the calls of its packet (as Dynamo writes them); a
+    ``torch.library.custom_op`` result is read as its op.  torch's own communication ops are
+    read without it, and an ``aten`` or ``prims`` op is no collective: both are refused.
     """
-    _check_target("register_collective", op)
+    op = _check_target("register_collective", op)
+    _refuse_non_engine(op)
     if group is not None:
         if not isinstance(group, str):
             raise InvalidArgumentError(
@@ -94,6 +99,29 @@ def register_collective(op: Any, group: str | None = None) -> None:
             )
     REGISTERED[op] = group
     _OP_INFO_CACHE.clear()
+
+
+def _refuse_non_engine(op: Any) -> None:
+    """Refuse torch's own ops: its communication ops are read already (``wait_tensor`` is
+    the wait of one), and ``aten``/``prims`` ops compute."""
+    name = op_name(op)
+    if name is None:
+        return
+    if is_communication_namespace(op):
+        what = (
+            "the wait of the functional collectives"
+            if functional_name(op) == "wait_tensor"
+            else "one of torch's communication ops"
+        )
+        raise InvalidArgumentError(
+            f"register_collective: {name} is {what}, which msched reads without a "
+            "registration; register_collective is for an engine's own collective op"
+        )
+    if name.partition("::")[0] in ("aten", "prims"):
+        raise InvalidArgumentError(
+            f"register_collective: {name} is not a collective (an aten/prims op computes); "
+            "register_collective is for an engine's own collective op"
+        )
 
 
 def _argument(node: Node, position: int, name: str) -> Any:
@@ -113,7 +141,11 @@ def _group_key(value: Any) -> str | None:
 
 
 def _registered_argument_position(op: Any, name: str) -> int:
-    names = _argument_names(op) or []
+    """Where the argument ``name`` is in a call of ``op`` (a packet: by its ``default``
+    overload, else its first; `_argument_names` of a packet is a sorted union)."""
+    overload = _overload_of(op)
+    names = [a.name for a in schema_of(overload).arguments] if overload else _argument_names(op)
+    names = names or []
     return names.index(name) if name in names else len(names) + 1_000_000
 
 
@@ -122,13 +154,13 @@ def collective_of(node: Node) -> Collective | None:
     if node.op != "call_function":
         return None
     target = node.target
-    name = functional_name(target)
-    if name is not None:
-        if name not in FUNCTIONAL:
-            return None
-        (position, arg), holds = FUNCTIONAL[name]
-        group = _group_key(_argument(node, position, arg))
-        return Collective(node, name, group, asynchronous=True, holds_input=holds)
+    entry = communication_entry(target)
+    if entry is not None:
+        label, argument, holds, asynchronous = entry
+        group = _group_key(_argument(node, *argument)) if argument is not None else None
+        if asynchronous is None:
+            asynchronous = _has_wait(node)
+        return Collective(node, label, group, asynchronous=asynchronous, holds_input=holds)
     registered, arg_name = registered_group(target)
     if not registered:
         return None
@@ -145,19 +177,66 @@ def is_wait(node: Node) -> bool:
     return node.op == "call_function" and functional_name(node.target) == "wait_tensor"
 
 
+def _has_wait(node: Node) -> bool:
+    """A ``wait_tensor`` waits for ``node``'s result (or an element of its list result)."""
+    return any(is_wait(u) for v in node.users for u in (v, *v.users))
+
+
 def waited(wait: Node) -> Node | None:
     """The collective node a ``wait_tensor`` waits for: its argument, through ``getitem`` of a
-    coalesced collective's list result; ``None`` if that is no asynchronous collective."""
+    coalesced collective's list result; else the latest in-place collective before it (in
+    graph order) that writes its argument (``all_reduce_(t); wait_tensor(t)``: the in-place
+    forms return their input); ``None`` if there is no asynchronous collective there."""
     if not is_wait(wait):
         return None
-    value = wait.args[0] if wait.args else wait.kwargs.get("tensor")
+    argument = wait.args[0] if wait.args else wait.kwargs.get("tensor")
+    value = argument
     while isinstance(value, Node):
         if value.op == "call_function" and value.target is operator.getitem:
             value = value.args[0]
             continue
         found = collective_of(value)
-        return value if found is not None and found.asynchronous else None
+        if found is not None and found.asynchronous:
+            return value
+        break
+    return _inplace_writer(wait, argument) if isinstance(argument, Node) else None
+
+
+def _inplace_writer(wait: Node, tensor: Node) -> Node | None:
+    """The latest asynchronous collective between ``tensor`` and ``wait`` that writes
+    ``tensor`` in place (``all_reduce_``, ``broadcast_``, ``all_reduce_coalesced_``, ``out=``)."""
+    node = wait.prev
+    while node.op != "root" and node is not tensor:
+        if node.op == "call_function" and tensor in node.all_input_nodes:
+            if tensor in _written_arguments(node):
+                found = collective_of(node)
+                if found is not None and found.asynchronous:
+                    return node
+        node = node.prev
     return None
+
+
+def _overload_of(op: Any) -> OpOverload | None:
+    """``op`` itself (an overload), a packet's ``default`` overload (else its first), or None."""
+    if isinstance(op, OpOverloadPacket):
+        names = op.overloads()
+        op = getattr(op, "default" if "default" in names else names[0]) if names else None
+    return op if isinstance(op, OpOverload) else None
+
+
+def _written_arguments(node: Node) -> list[Node]:
+    """The nodes passed to the arguments ``node``'s schema marks written (``Tensor(a!)``)."""
+    target = _overload_of(node.target)
+    if target is None:
+        return []
+    found: list[Node] = []
+    for i, a in enumerate(schema_of(target).arguments):
+        if a.alias_info is None or not a.alias_info.is_write:
+            continue
+        value = _argument(node, i, a.name) if not a.kwarg_only else node.kwargs.get(a.name)
+        values = value if isinstance(value, (list, tuple)) else (value,)
+        found += [v for v in values if isinstance(v, Node)]
+    return found
 
 
 def collectives_in(nodes: Graph | Iterable[Node]) -> list[Collective]:

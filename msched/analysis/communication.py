@@ -26,7 +26,7 @@ from typing import Any
 
 from torch.fx import Node
 
-from msched.analysis.collectives import Collective, collective_of, waited
+from msched.analysis.collectives import Collective, collective_of, is_wait, waited
 
 __all__ = ["Channels", "Communication", "split_communication"]
 
@@ -71,11 +71,10 @@ def split_communication(
             channel[c.node] = c.group
             occupancy[c.node] = 0.0
     waits = {}
-    for issued in time:  # a wait reads the collective, or a getitem of its list result
-        users = [u for v in issued.users for u in (v, *v.users)]
-        for user in users:
-            if waited(user) is issued:
-                waits[user] = issued
+    for node in nodes:  # a wait of its result, an element of it, or an in-place one's input
+        issued = waited(node) if is_wait(node) else None
+        if issued is not None and issued in time:
+            waits[node] = issued
     return occupancy, Communication(time, channel, waits, tuple(c.node for c in found))
 
 
