@@ -76,6 +76,7 @@ INTERFACES: tuple[tuple[str, str], ...] = (
     ("torch._inductor.graph", "GraphLowering.never_reuse_buffers"),
     ("torch._inductor.graph", "GraphLowering.graph_inputs"),
     ("torch._inductor.ir", "FallbackKernel"),
+    ("torch._inductor.dependencies", "WeakDep"),
     ("torch._inductor.ir", "MutationOutput"),
     ("torch._inductor.ir", "ExternKernel"),
     ("torch._inductor.virtualized", "V"),
@@ -169,7 +170,8 @@ class ScheduledNode:
 
     ``stream`` is the Dynamo table index of its stream, None for Inductor's default stream
     (the caller's).  ``outputs`` are the buffers it makes, ``reads`` those it reads (its own
-    outputs excluded), ``mutates`` those it writes in place (``(buffer, mutated)`` pairs).
+    outputs and `_fake` ones excluded), ``mutates`` those it writes in place (``(buffer, mutated)``
+    pairs).
     ``kind`` is ``"kernel"``, ``"extern"``, ``"stream"`` or ``"alias"`` (no code: a new name
     for buffers another node wrote, ``mutates`` says which).
     ``name`` is Inductor's name of the node, or of a fused node's first node: which nodes
@@ -396,7 +398,9 @@ def _scheduled_node(scheduler: Any, node: Any, to_table: dict[int, int]) -> Sche
     stream = to_table.get(stream_index) if stream_index else None
     outputs = tuple(node.get_buffer_names())
     own = set(outputs)
-    reads = tuple(sorted({d.name for x in inner for d in x.read_writes.reads} - own))
+    reads = tuple(
+        sorted({d.name for x in inner for d in x.read_writes.reads if not _fake(d)} - own)
+    )
     mutates = tuple(
         (buf.get_name(), target)
         for buf in node.get_outputs()
@@ -418,6 +422,14 @@ def _scheduled_node(scheduler: Any, node: Any, to_table: dict[int, int]) -> Sche
     else:
         kind = "kernel"
     return ScheduledNode(name, kind, stream, outputs, reads, mutates, origins)
+
+
+def _fake(dep: Any) -> bool:
+    """An ordering-only dependency (``WeakDep(is_fake=True)``: a tie, the issue order of
+    collectives): no data read, so no read of the program (it read another stream's buffer)."""
+    from torch._inductor.dependencies import WeakDep
+
+    return isinstance(dep, WeakDep) and bool(dep.is_fake)
 
 
 def _optional(module: Any, name: str) -> tuple[type, ...]:

@@ -43,3 +43,62 @@ def compiled_tensor_parallel(
         ],
         "verified": [p.report is None or p.report.ok for p in backend.pieces],
     }
+
+
+class CollectiveBlock(torch.nn.Module):
+    """A tensor-parallel block of every out-of-place functional collective: ``all_reduce``,
+    ``all_gather_tensor``, ``reduce_scatter_tensor``, ``all_to_all_single`` and
+    ``all_reduce_coalesced`` (weights differ per rank)."""
+
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.register_buffer("w1", torch.randn(8, 8, generator=g) + rank)
+        self.register_buffer("w2", torch.randn(8, 8, generator=g) - rank)
+        self.register_buffer("w3", torch.randn(8, 8, generator=g) * (rank + 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.distributed import _functional_collectives as funcol
+
+        a = x @ self.w1
+        r = funcol.all_reduce(a, "sum", "0")
+        b = x @ self.w2
+        gathered = funcol.all_gather_tensor(b, 0, "0")
+        scattered = funcol.reduce_scatter_tensor(gathered, "sum", 0, "0")
+        a2a = funcol.all_to_all_single(r @ self.w3, None, None, "0")
+        c1, c2 = funcol.all_reduce_coalesced([a + 1, b + 2], "sum", "0")
+        return r + scattered + a2a + c1 + c2
+
+
+def inductor_collective_block(
+    rank: int, world_size: int, num_streams: int, cache_dir: str
+) -> dict[str, Any]:
+    """`CollectiveBlock` compiled with ``msched.backend(num_streams, compiler="inductor")``
+    (verified: a violation in Inductor's final order raises) on this rank, against eager."""
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache_dir, f"rank{rank}")
+    torch.manual_seed(rank)
+    x = torch.randn(4, 8)
+    block = CollectiveBlock(rank)
+    with torch.no_grad():
+        want = block(x)
+        torch._dynamo.reset()
+        backend = msched.backend(num_streams=num_streams, compiler="inductor")
+        got = torch.compile(block, backend=backend, fullgraph=True)(x)
+    return {
+        "got": got,
+        "want": want,
+        "reports": [str(p.report) for p in backend.pieces],
+        "verified": [p.report is not None and p.report.ok for p in backend.pieces],
+        "streams": [_streams_used(p.kernel_order) for p in backend.pieces],
+    }
+
+
+def _streams_used(program: Any) -> int:
+    """How many streams the kernels of a kernel-order program run on (the caller's too)."""
+    return len(
+        {
+            (n.meta.get("custom") or {}).get("stream")
+            for n in program.graph.nodes
+            if n.op == "call_function"
+        }
+    )
