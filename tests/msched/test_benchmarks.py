@@ -111,7 +111,7 @@ def test_communication_benchmark_prints_its_table() -> None:
     header = lines[1].split()
     assert header == ["graph", "streams", "makespan", "serial", "ratio", "bound", "makespan/lb"]
     rows = [line.split() for line in lines[2:]]
-    graphs = ["tp", "tp-tbo", "ep-moe", "microbatches"]
+    graphs = ["tp", "tp-2mb", "ep-moe"]
     assert [r[:2] for r in rows] == [[g, k] for g in graphs for k in ("1", "2")]
     for row in rows:
         makespan, serial, ratio, bound, over = map(float, row[2:])
