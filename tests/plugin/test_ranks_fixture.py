@@ -83,7 +83,8 @@ def test_the_ranks_fixture_runs_a_sharded_schedule_and_names_a_failing_rank(
         assert len(set(runs)) == 1 and len(set(runs[0])) == 2
     result.stdout.fnmatch_lines(
         [
-            "*RankFailedError: rank 1 raised; every rank was stopped*",
+            "*RankFailedError: rank 1 raised RuntimeError: shard mismatch on rank one;"
+            " every rank was stopped*",
             "*RuntimeError: shard mismatch on rank one*",
         ]
     )
