@@ -19,7 +19,8 @@ The group of a collective is the value of its group argument: a process-group na
 read by its ``group_name``).  Every rank must issue the collectives in one order -- within a
 group, and across groups too, since NCCL asks every rank to submit the operations of several
 communicators in one order -- so the scheduler keeps their original order and the verifier
-checks it.  Sources: ``research/collectives.md`` of the design notes.
+checks it.  Sources: pytorch#189454, pytorch#150074 and torchrec#4149 (a compiler pass or a
+rank-divergent order that hung every rank).
 """
 
 from __future__ import annotations

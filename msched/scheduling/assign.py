@@ -560,18 +560,7 @@ def _place(  # noqa: C901
         return affinity, est, ZERO_COST, producer, est, tied
     ends = lanes[affinity].ends
     here = est if not ends or ends[-1] <= est else lanes[affinity].earliest(est, cost)
-    if here == est:
-        return affinity, est, AFFINITY, producer, est, tied
-    best_stream, best_start = affinity, here
-    for s, lane in enumerate(lanes):
-        if s == affinity:
-            continue
-        t = lane.earliest(est, cost)
-        if t < best_start:
-            best_stream, best_start = s, t
-            if t == est:
-                return s, t, FIRST_FREE, producer, est, tied
-    return best_stream, best_start, EARLIEST_GAP, producer, est, tied
+    return _best_lane(lanes, affinity, here, est, cost, producer, tied)
 
 
 def _place_after(
@@ -588,6 +577,21 @@ def _place_after(
     affinity, est, _, producer, _, tied = _place(deps, 0.0, lanes, stream, finish)
     est = max(est, release)
     here = lanes[affinity].earliest(est, cost)
+    return _best_lane(lanes, affinity, here, est, cost, producer, tied)
+
+
+def _best_lane(
+    lanes: list[_Lane],
+    affinity: int,
+    here: float,
+    est: float,
+    cost: float,
+    producer: Node | None,
+    tied: bool,
+) -> tuple[int, float, str, Node | None, float, bool]:
+    """The placement `_place` and `_place_after` return: the affinity stream if it can start
+    there at ``est`` (``here``, its earliest start), else the first stream free at ``est``,
+    else the one with the earliest gap."""
     if here == est:
         return affinity, est, AFFINITY, producer, est, tied
     best_stream, best_start = affinity, here

@@ -5,6 +5,10 @@ process group ``"0"`` (or the groups given).  The sharded decoder stacks
 (`msched.models.decoders.decoder_stack` with ``tp=``, ``ep=``, ``microbatches=``) are the
 home of the larger sharded graphs; this one stays here because the overlap acceptance names
 its exact nodes.  Building and scheduling it needs no process group.
+
+Also the engine collective the tests declare with `msched.register_collective`:
+``mschedtest::all_reduce(Tensor t, str group_name) -> Tensor`` (`ENGINE_ALL_REDUCE`, the op
+packet Dynamo writes; `engine_all_reduce`, the ``custom_op`` object).
 """
 
 from __future__ import annotations
@@ -14,6 +18,19 @@ from torch.fx import Graph, GraphModule
 
 aten = torch.ops.aten
 FC = torch.ops._c10d_functional
+
+
+@torch.library.custom_op("mschedtest::all_reduce", mutates_args=())
+def engine_all_reduce(t: torch.Tensor, group_name: str) -> torch.Tensor:
+    return t.clone()
+
+
+@engine_all_reduce.register_fake
+def _(t: torch.Tensor, group_name: str) -> torch.Tensor:
+    return torch.empty_like(t)
+
+
+ENGINE_ALL_REDUCE = torch.ops.mschedtest.all_reduce
 
 
 def two_microbatches(groups: tuple[str, str] = ("0", "0")) -> GraphModule:

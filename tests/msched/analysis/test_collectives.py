@@ -14,17 +14,9 @@ from msched.analysis._collective_targets import REGISTERED
 from msched.analysis._targets import _OP_INFO_CACHE
 from msched.analysis.effects import compute_effects
 
+from ..sharded_graphs import ENGINE_ALL_REDUCE
+
 FC = torch.ops._c10d_functional
-
-
-@torch.library.custom_op("mscheng34::all_reduce", mutates_args=())
-def engine_all_reduce(t: torch.Tensor, group_name: str) -> torch.Tensor:
-    return t.clone()
-
-
-@engine_all_reduce.register_fake
-def _(t: torch.Tensor, group_name: str) -> torch.Tensor:
-    return torch.empty_like(t)
 
 
 def _functional_graph() -> tuple[Graph, dict[str, torch.fx.Node]]:
@@ -80,19 +72,19 @@ def test_a_process_group_object_is_read_by_its_name() -> None:
 def test_an_engine_collective_is_synchronous_once_registered() -> None:
     g = Graph()
     x = g.placeholder("x")
-    a = g.call_function(torch.ops.mscheng34.all_reduce.default, (x, "tp"))
-    b = g.call_function(torch.ops.mscheng34.all_reduce.default, (a,), {"group_name": "ep"})
+    a = g.call_function(ENGINE_ALL_REDUCE.default, (x, "tp"))
+    b = g.call_function(ENGINE_ALL_REDUCE.default, (a,), {"group_name": "ep"})
     g.output(b)
     assert coll.collectives_in(g) == []
-    msched.register_collective(torch.ops.mscheng34.all_reduce, group="group_name")
+    msched.register_collective(ENGINE_ALL_REDUCE, group="group_name")
     try:
         found = coll.collectives_in(g)
         assert [(c.node, c.group, c.asynchronous) for c in found] == [
             (a, "tp", False),
             (b, "ep", False),
         ]
-        assert found[0].op == "mscheng34::all_reduce"
-        msched.register_collective(torch.ops.mscheng34.all_reduce)
+        assert found[0].op == "mschedtest::all_reduce"
+        msched.register_collective(ENGINE_ALL_REDUCE)
         assert [c.group for c in coll.collectives_in(g)] == [None, None]
     finally:
         REGISTERED.clear()
@@ -103,8 +95,8 @@ def test_an_engine_collective_is_synchronous_once_registered() -> None:
     ("op", "group", "message"),
     [
         ("not an op", None, "is not an op"),
-        (torch.ops.mscheng34.all_reduce, 3, "must be an argument name"),
-        (torch.ops.mscheng34.all_reduce, "group", "has no argument named group"),
+        (ENGINE_ALL_REDUCE, 3, "must be an argument name"),
+        (ENGINE_ALL_REDUCE, "group", "has no argument named group"),
     ],
 )
 def test_register_collective_refuses_what_it_cannot_read(

@@ -21,19 +21,10 @@ from msched.analysis.nodes import node_named
 from msched.proof.verifier import Report
 
 from ..scheduled import Scheduled, aten, unscheduled
+from ..sharded_graphs import ENGINE_ALL_REDUCE, engine_all_reduce
 
 FC = torch.ops._c10d_functional
 FCA = torch.ops._c10d_functional_autograd
-
-
-@torch.library.custom_op("msched34r::all_reduce", mutates_args=())
-def engine_all_reduce(t: torch.Tensor, group_name: str) -> torch.Tensor:
-    return t.clone()
-
-
-@engine_all_reduce.register_fake
-def _(t: torch.Tensor, group_name: str) -> torch.Tensor:
-    return torch.empty_like(t)
 
 
 @pytest.fixture
@@ -145,15 +136,15 @@ def test_a_send_and_a_recv_on_two_unordered_streams() -> None:
 def _engine_graph() -> tuple[Graph, list[fx.Node]]:
     g = Graph()
     x = g.placeholder("x")
-    a = g.call_function(torch.ops.msched34r.all_reduce, (x, "tp"))  # Dynamo's packet call
-    b = g.call_function(torch.ops.msched34r.all_reduce.default, (a, "tp"))
+    a = g.call_function(ENGINE_ALL_REDUCE, (x, "tp"))  # Dynamo's packet call
+    b = g.call_function(ENGINE_ALL_REDUCE.default, (a, "tp"))
     g.output(b)
     return g, [a, b]
 
 
 @pytest.mark.parametrize(
     "form",
-    [engine_all_reduce, torch.ops.msched34r.all_reduce, torch.ops.msched34r.all_reduce.default],
+    [engine_all_reduce, ENGINE_ALL_REDUCE, ENGINE_ALL_REDUCE.default],
     ids=["custom_op", "packet", "overload"],
 )
 def test_every_registration_form_covers_packet_and_overload_calls(

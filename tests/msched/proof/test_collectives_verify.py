@@ -24,24 +24,14 @@ from msched.proof.collective_order import COLLECTIVE_KINDS
 from msched.proof.verifier import VIOLATION_KINDS, Report
 
 from ..scheduled import Scheduled, aten, unscheduled
-from ..sharded_graphs import two_microbatches
+from ..sharded_graphs import ENGINE_ALL_REDUCE, two_microbatches
 
 FC = torch.ops._c10d_functional
 
 
-@torch.library.custom_op("mschedp34::all_reduce", mutates_args=())
-def engine_all_reduce(t: torch.Tensor, group_name: str) -> torch.Tensor:
-    return t.clone()
-
-
-@engine_all_reduce.register_fake
-def _(t: torch.Tensor, group_name: str) -> torch.Tensor:
-    return torch.empty_like(t)
-
-
 @pytest.fixture
 def engine_collective() -> Iterator[object]:
-    op = torch.ops.mschedp34.all_reduce
+    op = ENGINE_ALL_REDUCE
     msched.register_collective(op, group="group_name")
     yield op
     REGISTERED.pop(op, None)
@@ -163,17 +153,17 @@ def test_the_msched_schedule_moved_to_another_stream_unordered() -> None:
 
 
 def test_engine_collectives_on_two_streams_unordered(engine_collective: object) -> None:
-    target = torch.ops.mschedp34.all_reduce.default
+    target = ENGINE_ALL_REDUCE.default
     gm = unordered_on_two_streams(ordered=False, target=target)
     report = msched.verify(gm, unscheduled(gm))
     assert kinds(report) == [("collective-order", None)], str(report)
-    assert "(mschedp34::all_reduce, group 0)" in report.violations[0].message
+    assert "(mschedtest::all_reduce, group 0)" in report.violations[0].message
     fixed = unordered_on_two_streams(ordered=True, target=target)
     assert msched.verify(fixed, unscheduled(fixed)).ok
 
 
 def test_an_engine_collective_is_ordered_only_once_registered() -> None:
-    gm = unordered_on_two_streams(ordered=False, target=torch.ops.mschedp34.all_reduce.default)
+    gm = unordered_on_two_streams(ordered=False, target=ENGINE_ALL_REDUCE.default)
     assert msched.verify(gm, unscheduled(gm)).ok  # two plain ops: nothing orders them
 
 

@@ -16,7 +16,7 @@ import msched
 from msched.analysis.collectives import collectives_in, waits_of
 from msched.models.decoders import decoder_stack
 
-from ..sharded_graphs import two_microbatches
+from ..sharded_graphs import ENGINE_ALL_REDUCE, two_microbatches
 
 aten = torch.ops.aten
 FC = torch.ops._c10d_functional
@@ -138,21 +138,11 @@ def test_one_group_runs_its_communication_in_issue_order() -> None:
     assert timeline.makespan == timeline.lower_bound == 60.0
 
 
-@torch.library.custom_op("mscomm34::all_reduce", mutates_args=())
-def _engine_all_reduce(t: torch.Tensor, group_name: str) -> torch.Tensor:
-    return t.clone()
-
-
-@_engine_all_reduce.register_fake
-def _(t: torch.Tensor, group_name: str) -> torch.Tensor:
-    return torch.empty_like(t)
-
-
 def test_a_synchronous_collective_runs_its_communication_on_its_stream() -> None:
-    msched.register_collective(torch.ops.mscomm34.all_reduce, group="group_name")
+    msched.register_collective(ENGINE_ALL_REDUCE, group="group_name")
     g = Graph()
     x, w = g.placeholder("x"), g.placeholder("w")
-    reduced = g.call_function(torch.ops.mscomm34.all_reduce.default, (x, "tp"))
+    reduced = g.call_function(ENGINE_ALL_REDUCE.default, (x, "tp"))
     g.output((g.call_function(aten.mm.default, (reduced, w)),))
     gm = GraphModule(torch.nn.Module(), g)
     timeline = msched.simulate(gm)
