@@ -16,6 +16,8 @@ import pytest
 
 import msched
 from msched import cli
+from msched.cli.options import DEFAULT_STACK
+from msched.cli.stack import Progress, build_and_schedule
 from msched.models.decoders import decoder_stack
 from msched.pictures.demo import layer_members
 
@@ -57,7 +59,7 @@ def test_the_layer_excerpt_comes_from_the_layers_the_stack_recorded() -> None:
     assert not {"x", "dest", "final_ln", "output"} & set(layer_of)
     in_layers = [layer_of[n.name] for n in stack.gm.graph.nodes if n.name in layer_of]
     assert in_layers == sorted(in_layers) and set(in_layers) == {0, 1, 2, 3}
-    run = cli.build_and_schedule(4, (1, 3), True, 3)
+    run = build_and_schedule(4, (1, 3), True, 3)
     assert run.stack is not None
     members = layer_members(run.stack, 3)
     ops = {n.name for n in stack.gm.graph.nodes if n.op == "call_function"}
@@ -178,10 +180,10 @@ def test_progress_is_quiet_when_piped(capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_progress_shows_on_a_terminal_for_big_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
-    assert cli.Progress.for_layers(60, moe=True).enabled
-    assert not cli.Progress.for_layers(12, moe=True).enabled
+    assert Progress.for_layers(60, moe=True).enabled
+    assert not Progress.for_layers(12, moe=True).enabled
     buf = io.StringIO()
-    progress = cli.Progress(buf, enabled=True)
+    progress = Progress(buf, enabled=True)
     progress.step("scheduling 2700 nodes on 3 streams")
     progress.done()
     assert "scheduling 2700 nodes" in buf.getvalue()
@@ -235,7 +237,7 @@ def test_any_msched_error_exits_2_with_one_line(
     def broken(*args: object, **kwargs: object) -> None:
         raise msched.InvalidGraphError("the graph has a cycle:\n cos -> cos")
 
-    monkeypatch.setattr(cli, "build_and_schedule", broken)
+    monkeypatch.setattr("msched.cli.stack.build_and_schedule", broken)
     code, out, err = run(["schedule", *SMALL], capsys)
     assert (code, out) == (2, "")
     assert err == "msched schedule: error: InvalidGraphError: the graph has a cycle: cos -> cos\n"
@@ -300,7 +302,7 @@ def test_diff_of_the_same_schedule_exits_0_silently(
 def test_every_command_builds_the_default_stack_its_help_states(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    default = cli.DEFAULT_STACK
+    default = DEFAULT_STACK
     given = ["--layers", str(default.layers), "--captures", ",".join(map(str, default.captures))]
     given += ["--streams", str(default.streams), "--cost", default.cost]
     plain = tmp_path / "plain.txt"

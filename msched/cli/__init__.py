@@ -17,15 +17,27 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import TextIO
 
 import msched
-from msched.analysis.cost import CostModel, DefaultCostModel, RooflineCostModel
 from msched.analysis.nodes import node_named
+from msched.cli.options import (
+    COST_MODELS,
+    DEFAULT_STACK,
+    Parser,
+    StackOptions,
+    add_stack_args,
+    given_options,
+    layer_count,
+    layer_list,
+    layer_text,
+    stack_options,
+    stream_count,
+)
+from msched.cli.stack import Progress, Scheduled, build_stack, named_cost_model
 from msched.errors import (
     InvalidArgumentError,
     MschedError,
@@ -33,8 +45,6 @@ from msched.errors import (
     UsageError,
     one_line,
 )
-from msched.limits import MAX_STREAMS, check_num_streams, positive_int
-from msched.models.decoders import DecoderStack, capture_layer_problems, decoder_stack
 from msched.models.loading import load_graph
 from msched.pictures.demo import (
     DEMO_CAPTURES,
@@ -62,71 +72,6 @@ _RENDERERS = {
     "trace": render_perfetto,
     "svg": render_svg,
 }
-_PROGRESS_NODES = 2000  # below this a run takes well under a second: no progress needed
-
-
-@dataclass(frozen=True)
-class StackOptions:
-    """The decoder stack a command builds and how it is scheduled: the stack options of
-    ``schedule``, ``svg``, ``explain`` and each side of ``diff``, every default in one place."""
-
-    layers: int = 12
-    captures: tuple[int, ...] = (1, 5, 11)
-    moe: bool = False
-    streams: int = 3
-    cost: str = "table"
-
-
-DEFAULT_STACK = StackOptions()
-STACK_OPTIONS = tuple(f.name for f in fields(StackOptions))
-COST_MODELS = ("table", "roofline")
-
-
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line: ``msched schedule: error: ...``."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-# ---------------------------------------------------------------------------------------------
-# Arguments.
-
-
-def _integer(text: str, check: Callable[[int], int]) -> int:
-    """``text`` as an int that passes ``check`` (an `msched.limits` validator)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    try:
-        return check(value)
-    except InvalidArgumentError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def _layer_count(text: str) -> int:
-    return _integer(text, lambda value: positive_int(value, "layers"))
-
-
-def _stream_count(text: str) -> int:
-    return _integer(text, check_num_streams)
-
-
-def _layer_list(text: str) -> tuple[int, ...]:
-    try:
-        layers = tuple(int(p) for p in text.split(",") if p.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated layer numbers such as 1,5,11, got {text!r}"
-        ) from None
-    if any(layer < 0 for layer in layers):
-        raise argparse.ArgumentTypeError(f"layer numbers start at 0, got {text!r}")
-    return layers
-
-
-def _layer_text(layers: Sequence[int]) -> str:
-    return ",".join(map(str, layers))
 
 
 def _and(numbers: Sequence[int]) -> str:
@@ -135,44 +80,9 @@ def _and(numbers: Sequence[int]) -> str:
     return f"{', '.join(head)} and {last}" if head else last
 
 
-def _add_stack_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--graph",
-        metavar="SPEC",
-        help="your own graph instead of a decoder stack: module:function (returning a "
-        "GraphModule, or (module, example inputs)) or a file saved with torch.save (.pt) or "
-        "torch.export.save (.pt2)",
-    )
-    p.add_argument(
-        "--layers", type=_layer_count, help=f"decoder layers (default {DEFAULT_STACK.layers})"
-    )
-    p.add_argument(
-        "--captures",
-        type=_layer_list,
-        metavar="A,B,C",
-        help="0-based layers whose hidden state is captured "
-        f"(default {_layer_text(DEFAULT_STACK.captures)})",
-    )
-    p.add_argument("--moe", action="store_true", help="MoE feed-forward blocks (routed ∥ shared)")
-    p.add_argument(
-        "--streams",
-        type=_stream_count,
-        default=DEFAULT_STACK.streams,
-        metavar="S",
-        help=f"number of streams, 1..{MAX_STREAMS}; stream 0 is the caller's "
-        f"(default {DEFAULT_STACK.streams})",
-    )
-    p.add_argument(
-        "--cost",
-        choices=COST_MODELS,
-        default=DEFAULT_STACK.cost,
-        help="cost model: op table (default) or roofline estimate from shapes",
-    )
-
-
-def build_parser() -> _Parser:
+def build_parser() -> Parser:
     """The ``msched`` argument parser, with one subparser per command."""
-    parser = _Parser(prog="msched", description="Multi-stream scheduling of torch.fx graphs.")
+    parser = Parser(prog="msched", description="Multi-stream scheduling of torch.fx graphs.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = sub.add_parser(
         "demo",
@@ -190,7 +100,7 @@ def build_parser() -> _Parser:
         help="schedule a decoder stack and print it in one format",
         description="Schedule a decoder stack and write the scheduled graph in one format.",
     )
-    _add_stack_args(sched)
+    add_stack_args(sched)
     sched.add_argument(
         "--format", choices=FORMATS, default="text", help="output format (default text)"
     )
@@ -204,7 +114,7 @@ def build_parser() -> _Parser:
         "SVG Gantt chart; with --as-is, draw a graph that is already scheduled (read in "
         "the dialect its stream ops are detected in).",
     )
-    _add_stack_args(svg)
+    add_stack_args(svg)
     svg.add_argument(
         "--as-is", action="store_true", help="draw --graph as it is, without scheduling it"
     )
@@ -215,7 +125,7 @@ def build_parser() -> _Parser:
         description="Explain the placement of NODE: its stream, the waits before it and the "
         "dependency (data, raw, war, waw, exit) behind each, and who waits for it.",
     )
-    _add_stack_args(explain)
+    add_stack_args(explain)
     explain.add_argument("node", metavar="NODE", help="node name, for example capture_11")
     sub.add_parser(
         "diff",
@@ -246,9 +156,9 @@ forms:
 """
 
 
-def _diff_parser() -> _Parser:
+def _diff_parser() -> Parser:
     """The parser of one side of ``msched diff`` (files, stack options)."""
-    p = _Parser(
+    p = Parser(
         prog="msched diff",
         usage="msched diff A B | A [stack options] | [stack options] vs [stack options]",
         description=textwrap.fill(DIFF_DESCRIPTION, 79),
@@ -257,12 +167,12 @@ def _diff_parser() -> _Parser:
     )
     p.add_argument("files", nargs="*", metavar="FILE", help="a schedule as text or JSON")
     default = DEFAULT_STACK
-    p.add_argument("--layers", type=_layer_count, help=f"decoder layers (default {default.layers})")
+    p.add_argument("--layers", type=layer_count, help=f"decoder layers (default {default.layers})")
     p.add_argument(
         "--captures",
-        type=_layer_list,
+        type=layer_list,
         metavar="A,B,C",
-        help=f"captured layers (default {_layer_text(default.captures)})",
+        help=f"captured layers (default {layer_text(default.captures)})",
     )
     p.add_argument(
         "--moe",
@@ -270,129 +180,19 @@ def _diff_parser() -> _Parser:
         help=f"MoE feed-forward blocks (default: {'yes' if default.moe else 'no'})",
     )
     p.add_argument(
-        "--streams", type=_stream_count, metavar="S", help=f"streams (default {default.streams})"
+        "--streams", type=stream_count, metavar="S", help=f"streams (default {default.streams})"
     )
     p.add_argument("--cost", choices=COST_MODELS, help=f"cost model (default {default.cost})")
     return p
 
 
-def _given_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The stack options given on the command line (those argparse left at None are not)."""
-    return {k: getattr(args, k) for k in STACK_OPTIONS if getattr(args, k, None) is not None}
-
-
-def stack_options(given: dict[str, Any], base: StackOptions = DEFAULT_STACK) -> StackOptions:
-    """``base`` with the options ``given``; a capture layer beyond the stack or given twice is
-    a `UsageError` (`capture_layer_problems` is the check)."""
-    stack = replace(base, **given)
-    beyond, repeated = capture_layer_problems(stack.layers, stack.captures)
-    if beyond:
-        raise UsageError(
-            f"capture layer {', '.join(map(str, beyond))} is beyond the stack: "
-            f"layers are 0..{stack.layers - 1}"
-        )
-    if repeated:
-        raise UsageError(f"capture layers repeat: {_layer_text(stack.captures)}")
-    return stack
-
-
 # ---------------------------------------------------------------------------------------------
-# Progress.
-
-
-class Progress:
-    """Stage messages on stderr, only when it is a terminal and the graph is big."""
-
-    def __init__(self, stream: TextIO, enabled: bool) -> None:
-        self.stream = stream
-        self.enabled = enabled
-        self.t0 = time.perf_counter()
-
-    @classmethod
-    def for_layers(cls, layers: int, moe: bool) -> Progress:
-        estimated_nodes = layers * (45 if moe else 40)
-        tty = sys.stderr.isatty()
-        return cls(sys.stderr, tty and estimated_nodes >= _PROGRESS_NODES)
-
-    def step(self, message: str) -> None:
-        if self.enabled:
-            elapsed = time.perf_counter() - self.t0
-            self.stream.write(f"\r\x1b[K[{elapsed:6.1f}s] {message}")
-            self.stream.flush()
-
-    def done(self) -> None:
-        if self.enabled:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-
-
-# ---------------------------------------------------------------------------------------------
-# Building and scheduling.
-
-
-@dataclass(frozen=True)
-class Scheduled:
-    """One scheduled stack: the stack, its schedule and the cost model used."""
-
-    stack: DecoderStack | None  # None for a graph of the user's (--graph)
-    schedule: Schedule
-    cost_model: CostModel
-
-
-def _named_cost_model(name: str) -> CostModel:
-    """The cost model ``--cost NAME`` names (`COST_MODELS`)."""
-    return RooflineCostModel() if name == "roofline" else DefaultCostModel()
-
-
-def _cost_model(name: str, stack: DecoderStack) -> CostModel:
-    if name == "roofline":
-        _propagate_shapes(stack)  # the roofline model reads shapes
-    return _named_cost_model(name)
-
-
-def _propagate_shapes(stack: DecoderStack) -> None:
-    """Fill ``node.meta["val"]`` with fake tensors so the roofline model sees shapes."""
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-
-    from msched._torch_internals import fake_tensor_mode
-
-    # Weights are real buffers of the module; only the inputs are converted.
-    mode = fake_tensor_mode(allow_non_fake_inputs=True)
-    FakeTensorProp(stack.gm, mode=mode).propagate(*stack.example_inputs())
-
-
-def build_and_schedule(
-    layers: int,
-    captures: Sequence[int],
-    moe: bool,
-    streams: int,
-    cost: str = "table",
-    progress: Progress | None = None,
-) -> Scheduled:
-    """Build a decoder stack and schedule it (the shared first half of every command)."""
-    progress = progress or Progress(sys.stderr, False)
-    progress.step(f"building a {layers}-layer decoder stack")
-    stack = decoder_stack(layers, tuple(captures), moe=moe)
-    model = _cost_model(cost, stack)
-    progress.step(f"scheduling {len(stack.gm.graph.nodes)} nodes on {streams} streams")
-    sched = msched.schedule(stack.gm, streams, model)
-    return Scheduled(stack, sched, model)
-
-
-def build_stack(stack: StackOptions, progress: Progress | None = None) -> Scheduled:
-    """`build_and_schedule` of a `StackOptions`."""
-    return build_and_schedule(
-        stack.layers, stack.captures, stack.moe, stack.streams, stack.cost, progress
-    )
+# demo (its report: msched.pictures.demo)
 
 
 def verify_schedule(sched: Schedule) -> Report:
     """`msched.verify` of a schedule against its original graph."""
     return msched.verify(sched.gm, original=sched.original)
-
-
-# ---------------------------------------------------------------------------------------------
-# demo (its report: msched.pictures.demo)
 
 
 def _demo_rows(progress: Progress) -> list[DemoRow]:
@@ -448,9 +248,9 @@ def _run_for(args: argparse.Namespace) -> Scheduled:
     if args.graph is not None:
         _refuse_stack_options(args)
         gm = load_graph(args.graph, msched.trace_streams)
-        model = _named_cost_model(args.cost)
+        model = named_cost_model(args.cost)
         return Scheduled(None, msched.schedule(gm, args.streams, model), model)
-    stack = stack_options(_given_options(args))
+    stack = stack_options(given_options(args))
     progress = Progress.for_layers(stack.layers, stack.moe)
     try:
         return build_stack(stack, progress)
@@ -489,7 +289,7 @@ def cmd_svg(args: argparse.Namespace, stdout: TextIO) -> int:
                 "traced again from its code when loaded, and that drops every stream op (their "
                 "arguments are constants); save a scheduled graph with torch.export.save (.pt2)"
             )
-        model = _named_cost_model(args.cost)
+        model = named_cost_model(args.cost)
         _write_output(args, render_svg(load_graph(args.graph, msched.trace_streams), model), stdout)
         return 0
     run = _run_for(args)
@@ -530,7 +330,7 @@ def _diff_sides(argv: Sequence[str]) -> tuple[_DiffSide, _DiffSide]:
         left = _one_side(parser.parse_args(argv[:k]), None, "before 'vs'")
         return left, _one_side(parser.parse_args(argv[k + 1 :]), left.stack, "after 'vs'")
     args = parser.parse_args(argv)
-    options = _given_options(args)
+    options = given_options(args)
     if len(args.files) == 2 and not options:
         return _DiffSide(Path(args.files[0]), None), _DiffSide(Path(args.files[1]), None)
     if len(args.files) == 1 and options:
@@ -544,7 +344,7 @@ def _diff_sides(argv: Sequence[str]) -> tuple[_DiffSide, _DiffSide]:
 
 
 def _one_side(args: argparse.Namespace, base: StackOptions | None, where: str) -> _DiffSide:
-    options = _given_options(args)
+    options = given_options(args)
     if len(args.files) > 1 or (args.files and options):
         raise UsageError(f"{where}: give one file or stack options, not both")
     if args.files:
