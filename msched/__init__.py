@@ -9,10 +9,10 @@ from __future__ import annotations
 from msched import ops
 from msched._torch_internals import warn_if_untested
 from msched._version import __version__
+from msched.analysis._targets import register_mutation, register_pure, register_side_effect
 from msched.analysis.collectives import register_collective
 from msched.analysis.cost import CostModel, DefaultCostModel, RooflineCostModel
 from msched.analysis.dag import Dag, build_dag
-from msched.analysis.effects import register_mutation, register_pure, register_side_effect
 from msched.compile.compiler import (
     CompiledGraph,
     MschedBackend,

@@ -14,7 +14,7 @@ import operator
 
 import torch.nn as nn
 
-_INPLACE_OPERATORS = frozenset(
+INPLACE_OPERATORS = frozenset(
     {
         operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
         operator.ifloordiv, operator.imod, operator.ipow, operator.iand, operator.ior,
@@ -24,7 +24,7 @@ _INPLACE_OPERATORS = frozenset(
 
 # Python functions that read their arguments and return a new value (tensor operators call
 # the non-in-place dunder methods of torch.Tensor).
-_PURE_PYTHON = frozenset(
+PURE_PYTHON = frozenset(
     {
         operator.getitem, operator.add, operator.sub, operator.mul, operator.truediv,
         operator.floordiv, operator.mod, operator.pow, operator.neg, operator.pos,
@@ -39,7 +39,7 @@ _PURE_PYTHON = frozenset(
 )  # fmt: skip
 
 # True views: the result always shares its first input's storage.
-_VIEW_NAMES = frozenset(
+VIEW_NAMES = frozenset(
     {
         "view", "view_as", "t", "transpose", "permute", "expand", "expand_as", "narrow",
         "select", "unsqueeze", "squeeze", "as_strided", "unfold", "diagonal", "split",
@@ -52,7 +52,7 @@ _VIEW_NAMES = frozenset(
 
 # May return their input itself (or a view of it) or a new tensor, depending on dtype, device,
 # layout or strides: their result is its own storage that may also be the input's.
-_MAYBE_ALIAS_NAMES = frozenset(
+MAYBE_ALIAS_NAMES = frozenset(
     {
         "reshape", "reshape_as", "contiguous", "flatten", "unflatten", "ravel", "to", "type",
         "type_as", "float", "double", "half", "bfloat16", "int", "long", "short", "char",
@@ -61,7 +61,7 @@ _MAYBE_ALIAS_NAMES = frozenset(
 )  # fmt: skip
 
 # Methods and attributes whose value is not tensor data (they read at most metadata).
-_NON_TENSOR_NAMES = frozenset(
+NON_TENSOR_NAMES = frozenset(
     {
         "size", "dim", "numel", "item", "tolist", "stride", "data_ptr", "element_size",
         "__len__", "is_contiguous", "is_floating_point", "is_complex", "get_device",
@@ -72,7 +72,7 @@ _NON_TENSOR_NAMES = frozenset(
 )  # fmt: skip
 
 # Tensor operator methods that return a new tensor.
-_PURE_DUNDERS = frozenset(
+PURE_DUNDERS = frozenset(
     {
         "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
         "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__",
@@ -83,7 +83,7 @@ _PURE_DUNDERS = frozenset(
 )  # fmt: skip
 
 # In-place operator methods: write ``self`` and return it.
-_INPLACE_DUNDERS = frozenset(
+INPLACE_DUNDERS = frozenset(
     {
         "__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
         "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__",
@@ -93,7 +93,7 @@ _INPLACE_DUNDERS = frozenset(
 
 # torch.nn.functional functions that read their inputs and return new tensors (with
 # ``inplace=True`` where they have it, they write their first input instead).
-_PURE_FUNCTIONAL = frozenset(
+PURE_FUNCTIONAL = frozenset(
     {
         "relu", "relu6", "elu", "selu", "celu", "leaky_relu", "hardtanh", "hardswish",
         "hardsigmoid", "silu", "mish", "gelu", "softmax", "log_softmax", "softmin",
@@ -111,7 +111,7 @@ _PURE_FUNCTIONAL = frozenset(
     }
 )  # fmt: skip
 # torch.nn.functional functions that draw random numbers (they advance the RNG state).
-_RANDOM_FUNCTIONAL = frozenset(
+RANDOM_FUNCTIONAL = frozenset(
     {
         "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
         "feature_alpha_dropout", "rrelu", "gumbel_softmax", "fractional_max_pool2d",
@@ -121,7 +121,7 @@ _RANDOM_FUNCTIONAL = frozenset(
 
 # Module types whose forward reads its inputs and parameters and returns new tensors (exact
 # types: a subclass may override forward).  ``inplace`` attributes are honoured.
-_PURE_MODULES: frozenset[type] = frozenset(
+PURE_MODULES: frozenset[type] = frozenset(
     {
         nn.Linear, nn.Bilinear, nn.LayerNorm, nn.GroupNorm, nn.RMSNorm, nn.LocalResponseNorm,
         nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d,
@@ -137,21 +137,21 @@ _PURE_MODULES: frozenset[type] = frozenset(
         nn.L1Loss,
     }
 )  # fmt: skip
-_RANDOM_MODULES: frozenset[type] = frozenset(
+RANDOM_MODULES: frozenset[type] = frozenset(
     {
         nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
         nn.FeatureAlphaDropout, nn.RReLU,
     }
 )  # fmt: skip
-_VIEW_MODULES: frozenset[type] = frozenset({nn.Identity})
-_MAYBE_ALIAS_MODULES: frozenset[type] = frozenset({nn.Flatten, nn.Unflatten})
-_BATCH_NORMS: frozenset[type] = frozenset({nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d})
+VIEW_MODULES: frozenset[type] = frozenset({nn.Identity})
+MAYBE_ALIAS_MODULES: frozenset[type] = frozenset({nn.Flatten, nn.Unflatten})
+BATCH_NORMS: frozenset[type] = frozenset({nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d})
 
 # aten ops whose schema hides that the result is a view of the input.
-_UNANNOTATED_VIEWS = frozenset({"aten::_unsafe_view"})
+UNANNOTATED_VIEWS = frozenset({"aten::_unsafe_view"})
 # aten ops whose schema does not mark arguments they write (running statistics of the
 # normalisations, updated in place when training).
-_UNANNOTATED_WRITES: dict[str, tuple[str, ...]] = {
+UNANNOTATED_WRITES: dict[str, tuple[str, ...]] = {
     "aten::batch_norm": ("running_mean", "running_var"),
     "aten::native_batch_norm": ("running_mean", "running_var"),
     "aten::_batch_norm_impl_index": ("running_mean", "running_var"),
@@ -161,4 +161,4 @@ _UNANNOTATED_WRITES: dict[str, tuple[str, ...]] = {
     "aten::_batch_norm_with_update": ("running_mean", "running_var"),
 }
 # aten ops after which the first argument shares the storage of the second.
-_STORAGE_SWAPS = frozenset({"aten::set_"})
+STORAGE_SWAPS = frozenset({"aten::set_"})

@@ -1,6 +1,6 @@
 """What a call target does to the tensors it receives: the facts behind `msched.analysis.effects`.
 
-One `_OpInfo` per target (cached), derived from what can be known and nothing else:
+One `OpInfo` per target (cached), derived from what can be known and nothing else:
 
 - ``OpOverload``: its schema, exactly (``Tensor(a!)`` arguments are written, ``Tensor(a)``
   returns alias the argument with the same alias set);
@@ -45,23 +45,23 @@ from msched._torch_internals import (
 )
 from msched.analysis._collective_targets import collective_role
 from msched.analysis._target_names import (
-    _BATCH_NORMS,
-    _INPLACE_DUNDERS,
-    _INPLACE_OPERATORS,
-    _MAYBE_ALIAS_MODULES,
-    _MAYBE_ALIAS_NAMES,
-    _NON_TENSOR_NAMES,
-    _PURE_DUNDERS,
-    _PURE_FUNCTIONAL,
-    _PURE_MODULES,
-    _PURE_PYTHON,
-    _RANDOM_FUNCTIONAL,
-    _RANDOM_MODULES,
-    _STORAGE_SWAPS,
-    _UNANNOTATED_VIEWS,
-    _UNANNOTATED_WRITES,
-    _VIEW_MODULES,
-    _VIEW_NAMES,
+    BATCH_NORMS,
+    INPLACE_DUNDERS,
+    INPLACE_OPERATORS,
+    MAYBE_ALIAS_MODULES,
+    MAYBE_ALIAS_NAMES,
+    NON_TENSOR_NAMES,
+    PURE_DUNDERS,
+    PURE_FUNCTIONAL,
+    PURE_MODULES,
+    PURE_PYTHON,
+    RANDOM_FUNCTIONAL,
+    RANDOM_MODULES,
+    STORAGE_SWAPS,
+    UNANNOTATED_VIEWS,
+    UNANNOTATED_WRITES,
+    VIEW_MODULES,
+    VIEW_NAMES,
 )
 from msched.errors import InvalidArgumentError
 
@@ -69,18 +69,18 @@ from msched.errors import InvalidArgumentError
 KEYWORD_ONLY = -1
 
 # target -> argument names that it writes, for ops whose schema does not say so.
-_REGISTERED_MUTATIONS: dict[Any, tuple[str, ...]] = {}
+REGISTERED_MUTATIONS: dict[Any, tuple[str, ...]] = {}
 # targets (ops, functions, module types or instances) with effects outside the graph's tensors.
-_REGISTERED_SIDE_EFFECTS: set[Any] = set()
+REGISTERED_SIDE_EFFECTS: set[Any] = set()
 # targets declared pure: read their inputs, write nothing, return fresh storage.
-_REGISTERED_PURE: set[Any] = set()
+REGISTERED_PURE: set[Any] = set()
 # ops whose results are new storages although they write arguments in place (each element
 # of a list result its own): `register_fresh_results`.
-_REGISTERED_FRESH_RESULTS: set[Any] = set()
+REGISTERED_FRESH_RESULTS: set[Any] = set()
 
 
 @dataclass(frozen=True)
-class _OpInfo:
+class OpInfo:
     """What a call target does, independent of the node."""
 
     # (position, name) of arguments it may write; position KEYWORD_ONLY: by keyword only
@@ -132,12 +132,12 @@ class _OpInfo:
         object.__setattr__(self, "plain_side_effect", not special and self.side_effect)
 
 
-PLAIN = _OpInfo()
-UNKNOWN = _OpInfo(unknown=True, world=True, side_effect=True)
-_HOOKED = _OpInfo(unknown=True, world=True, side_effect=True, any_state=True)
-_VIEW = _OpInfo(view_of_first=True)
-_MAYBE_ALIAS = _OpInfo(maybe_alias=True)
-_WRITES_FIRST = _OpInfo(writes=((0, "self"),), returns_written=True, side_effect=True)
+PLAIN = OpInfo()
+UNKNOWN = OpInfo(unknown=True, world=True, side_effect=True)
+_HOOKED = OpInfo(unknown=True, world=True, side_effect=True, any_state=True)
+_VIEW = OpInfo(view_of_first=True)
+_MAYBE_ALIAS = OpInfo(maybe_alias=True)
+_WRITES_FIRST = OpInfo(writes=((0, "self"),), returns_written=True, side_effect=True)
 
 
 def _is_target(op: Any) -> bool:
@@ -149,7 +149,7 @@ def _is_target(op: Any) -> bool:
     return callable(op)
 
 
-def _check_target(function: str, op: Any) -> Any:
+def check_target(function: str, op: Any) -> Any:
     """``op`` checked as a node target; a ``torch.library.custom_op`` result is read as its op."""
     op = custom_op_overload(op) or op
     if not _is_target(op):
@@ -171,21 +171,21 @@ def register_mutation(op: Any, *arg_names: str) -> None:
     functions called through ``call_function`` or custom ops defined without ``mutates_args``.
     Registering an ``OpOverloadPacket`` covers all of its overloads.
     """
-    op = _check_target("register_mutation", op)
+    op = check_target("register_mutation", op)
     if not arg_names:
         raise InvalidArgumentError(f"register_mutation({op!r}) needs at least one argument name")
     bad = [n for n in arg_names if not isinstance(n, str)]
     if bad:
         raise InvalidArgumentError(f"register_mutation: argument names must be str, got {bad!r}")
-    names = _argument_names(op)
+    names = argument_names(op)
     unknown = [n for n in arg_names if names is not None and n not in names]
     if unknown:
         raise InvalidArgumentError(
             f"register_mutation: {op!r} has no argument named {', '.join(unknown)}; "
             f"its arguments are {', '.join(names or ())}"
         )
-    _REGISTERED_MUTATIONS[op] = tuple(arg_names)
-    _OP_INFO_CACHE.clear()
+    REGISTERED_MUTATIONS[op] = tuple(arg_names)
+    OP_INFO_CACHE.clear()
 
 
 def register_side_effect(op: Any) -> None:
@@ -193,9 +193,9 @@ def register_side_effect(op: Any) -> None:
 
     ``op`` is an op, a function, or an ``nn.Module`` subclass or instance (``call_module``).
     """
-    op = _check_target("register_side_effect", op)
-    _REGISTERED_SIDE_EFFECTS.add(op)
-    _OP_INFO_CACHE.clear()
+    op = check_target("register_side_effect", op)
+    REGISTERED_SIDE_EFFECTS.add(op)
+    OP_INFO_CACHE.clear()
 
 
 def register_pure(op: Any) -> None:
@@ -205,9 +205,9 @@ def register_pure(op: Any) -> None:
     every tensor it receives; this makes such a target as precise as a plain aten op.  ``op``
     is an op, a function, or an ``nn.Module`` subclass (its exact type) or instance.
     """
-    op = _check_target("register_pure", op)
-    _REGISTERED_PURE.add(op)
-    _OP_INFO_CACHE.clear()
+    op = check_target("register_pure", op)
+    REGISTERED_PURE.add(op)
+    OP_INFO_CACHE.clear()
 
 
 def register_fresh_results(op: Any) -> None:
@@ -217,14 +217,14 @@ def register_fresh_results(op: Any) -> None:
     Without it, the results of a multi-output op that writes are read as aliases of what it
     writes (``out=`` tensors come back that way).  For ops whose schema cannot say it: a
     ``Tensor[]`` result carries no alias set of its own (msched's kernel-order ops)."""
-    op = _check_target("register_fresh_results", op)
+    op = check_target("register_fresh_results", op)
     if not isinstance(op, OpOverload):
         raise InvalidArgumentError(f"register_fresh_results needs an OpOverload, got {op!r}")
-    _REGISTERED_FRESH_RESULTS.add(op)
-    _OP_INFO_CACHE.clear()
+    REGISTERED_FRESH_RESULTS.add(op)
+    OP_INFO_CACHE.clear()
 
 
-def _argument_names(op: Any) -> list[str] | None:
+def argument_names(op: Any) -> list[str] | None:
     if isinstance(op, OpOverload):
         return [a.name for a in schema_of(op).arguments]
     if isinstance(op, OpOverloadPacket):
@@ -235,30 +235,30 @@ def _argument_names(op: Any) -> list[str] | None:
         return None
 
 
-_OP_INFO_CACHE: dict[Any, _OpInfo] = {}
+OP_INFO_CACHE: dict[Any, OpInfo] = {}
 
 
 def _is_random(op: Any) -> bool:
     return torch.Tag.nondeterministic_seeded in getattr(op, "tags", ())
 
 
-def overload_info(op: Any) -> _OpInfo:
+def overload_info(op: Any) -> OpInfo:
     """The exact facts of one ``OpOverload``, from its schema and the registrations."""
     schema = schema_of(op)
     args = schema.arguments
-    hidden = _UNANNOTATED_WRITES.get(schema.name, ())
+    hidden = UNANNOTATED_WRITES.get(schema.name, ())
     writes = tuple((i, a.name) for i, a in enumerate(args) if _is_written(a) or a.name in hidden)
-    registered = _REGISTERED_MUTATIONS.get(op) or _REGISTERED_MUTATIONS.get(op.overloadpacket)
+    registered = REGISTERED_MUTATIONS.get(op) or REGISTERED_MUTATIONS.get(op.overloadpacket)
     if registered:
         writes += tuple((i, a.name) for i, a in enumerate(args) if a.name in registered)
-    if op in _REGISTERED_PURE or op.overloadpacket in _REGISTERED_PURE:
+    if op in REGISTERED_PURE or op.overloadpacket in REGISTERED_PURE:
         return PLAIN
     return_alias = [_return_alias(args, r) for r in schema.returns]
-    if schema.name in _UNANNOTATED_VIEWS:
+    if schema.name in UNANNOTATED_VIEWS:
         return_alias = [(0, args[0].name)]
     multi = len(schema.returns) > 1 or (len(schema.returns) == 1 and _is_list(schema.returns[0]))
     is_view = bool(schema.returns) and not writes and all(r is not None for r in return_alias)
-    registered_side = bool({op, op.overloadpacket} & _REGISTERED_SIDE_EFFECTS)
+    registered_side = bool({op, op.overloadpacket} & REGISTERED_SIDE_EFFECTS)
     side = (
         bool(writes)
         or schema.is_mutable
@@ -266,15 +266,15 @@ def overload_info(op: Any) -> _OpInfo:
         or op in SIDE_EFFECTFUL_FUNCTIONS
         or _torch_says_impure(op)
     )
-    return _OpInfo(
+    return OpInfo(
         writes=writes,
         return_alias=tuple(return_alias),
         multi_output=multi and not is_view,
         view_of_first=is_view,
         side_effect=side,
         world=_is_random(op) or registered_side,
-        swaps_storage=schema.name in _STORAGE_SWAPS,
-        fresh_results=op in _REGISTERED_FRESH_RESULTS,
+        swaps_storage=schema.name in STORAGE_SWAPS,
+        fresh_results=op in REGISTERED_FRESH_RESULTS,
     )
 
 
@@ -306,7 +306,7 @@ def _aliased_argument(args: Any, sets: set[str]) -> tuple[int, str] | None:
     return None
 
 
-def schemas_info(schemas: Iterable[Any], random: bool = False) -> _OpInfo:
+def schemas_info(schemas: Iterable[Any], random: bool = False) -> OpInfo:
     """The facts that hold whichever of ``schemas`` a call binds to (their union).
 
     An argument written by some overload is written when passed; a view returned by some
@@ -318,7 +318,7 @@ def schemas_info(schemas: Iterable[Any], random: bool = False) -> _OpInfo:
     multi = returns_written = False
     for schema in schemas:
         args = schema.arguments
-        hidden = _UNANNOTATED_WRITES.get(schema.name, ())
+        hidden = UNANNOTATED_WRITES.get(schema.name, ())
         written = {a.name for a in args if _is_written(a) or a.name in hidden}
         for i, a in enumerate(args):
             if a.name in written:
@@ -332,10 +332,10 @@ def schemas_info(schemas: Iterable[Any], random: bool = False) -> _OpInfo:
         returns = schema.returns
         multi = multi or len(returns) > 1 or (bool(returns) and _is_list(returns[0]))
     if not writes and len(views) == 1 and next(iter(views))[0] == 0:
-        return _OpInfo(view_of_first=True, world=random, side_effect=random)
+        return OpInfo(view_of_first=True, world=random, side_effect=random)
     if views:  # a view of some argument other than the first, or views and writes: be coarse
-        return _OpInfo(writes=tuple(writes), maybe_alias=True, world=random, side_effect=random)
-    return _OpInfo(
+        return OpInfo(writes=tuple(writes), maybe_alias=True, world=random, side_effect=random)
+    return OpInfo(
         writes=tuple(writes),
         returns_written=returns_written,
         multi_output=multi,
@@ -353,38 +353,38 @@ def _torch_says_impure(target: Any) -> bool:
         return False
 
 
-def packet_info(packet: Any) -> _OpInfo:
+def packet_info(packet: Any) -> OpInfo:
     """The union of the facts of a packet's overloads (with the registrations)."""
     overloads = [getattr(packet, name) for name in packet.overloads()]
-    registered = _REGISTERED_MUTATIONS.get(packet)
-    if packet in _REGISTERED_PURE:
+    registered = REGISTERED_MUTATIONS.get(packet)
+    if packet in REGISTERED_PURE:
         return PLAIN
     if len(overloads) == 1 or registered:
         return overload_info(overloads[0] if len(overloads) == 1 else packet.default)
     info = schemas_info((schema_of(o) for o in overloads), any(map(_is_random, overloads)))
-    if packet in _REGISTERED_SIDE_EFFECTS:
+    if packet in REGISTERED_SIDE_EFFECTS:
         info = replace(info, side_effect=True, world=True)
-    if qualified_name(packet) in _STORAGE_SWAPS:
+    if qualified_name(packet) in STORAGE_SWAPS:
         info = replace(info, swaps_storage=True)
     return info
 
 
-def method_info(name: str) -> _OpInfo:
+def method_info(name: str) -> OpInfo:
     """What ``tensor.name(...)`` does (``call_method`` nodes)."""
-    info = _OP_INFO_CACHE.get(("method", name))
+    info = OP_INFO_CACHE.get(("method", name))
     if info is None:
-        info = _OP_INFO_CACHE[("method", name)] = _derive_method_info(name)
+        info = OP_INFO_CACHE[("method", name)] = _derive_method_info(name)
     return info
 
 
-def _derive_method_info(name: str) -> _OpInfo:
-    if name in _INPLACE_DUNDERS:
+def _derive_method_info(name: str) -> OpInfo:
+    if name in INPLACE_DUNDERS:
         return _WRITES_FIRST
-    if name in _VIEW_NAMES:
+    if name in VIEW_NAMES:
         return _VIEW
-    if name in _MAYBE_ALIAS_NAMES:
+    if name in MAYBE_ALIAS_NAMES:
         return _MAYBE_ALIAS
-    if name in _NON_TENSOR_NAMES or name in _PURE_DUNDERS:
+    if name in NON_TENSOR_NAMES or name in PURE_DUNDERS:
         return PLAIN
     packet = _aten_packet(name)
     if packet is not None:
@@ -402,20 +402,20 @@ def _aten_packet(name: str) -> Any:
     return packet if isinstance(packet, OpOverloadPacket) else None
 
 
-def function_info(target: Any) -> _OpInfo:
+def function_info(target: Any) -> OpInfo:
     """What a ``call_function`` target does (cached per target)."""
-    info = _OP_INFO_CACHE.get(target)
+    info = OP_INFO_CACHE.get(target)
     if info is None:
         role = collective_role(target)
         if role is not None:
             info = replace(_plain_function_info(target), side_effect=True, collective=role)
         else:
             info = _plain_function_info(target)
-        _OP_INFO_CACHE[target] = info
+        OP_INFO_CACHE[target] = info
     return info
 
 
-def _plain_function_info(target: Any) -> _OpInfo:
+def _plain_function_info(target: Any) -> OpInfo:
     """What ``target`` does by its schema, signature or registrations alone."""
     if isinstance(target, OpOverload):
         return overload_info(target)
@@ -424,18 +424,18 @@ def _plain_function_info(target: Any) -> _OpInfo:
     return _callable_info(target)
 
 
-def _callable_info(fn: Any) -> _OpInfo:
+def _callable_info(fn: Any) -> OpInfo:
     registered = _registered_callable_info(fn)
     if registered is not None:
         return registered
-    if fn in _INPLACE_OPERATORS:
+    if fn in INPLACE_OPERATORS:
         return _WRITES_FIRST
-    if fn in _PURE_PYTHON:
+    if fn in PURE_PYTHON:
         return PLAIN
     name = getattr(fn, "__name__", "")
     if isinstance(fn, HigherOrderOperator):
         if name.startswith("auto_functionalized"):  # functional: fresh outputs
-            return _OpInfo(multi_output=True)
+            return OpInfo(multi_output=True)
         return UNKNOWN
     if getattr(torch.Tensor, name, None) is fn:  # torch.Tensor.add_(x, 1) as a function
         return method_info(name)
@@ -447,17 +447,17 @@ def _callable_info(fn: Any) -> _OpInfo:
     return _functional_info(fn, name)
 
 
-def _registered_callable_info(fn: Any) -> _OpInfo | None:
-    if fn in _REGISTERED_PURE:
+def _registered_callable_info(fn: Any) -> OpInfo | None:
+    if fn in REGISTERED_PURE:
         return PLAIN
-    registered = _REGISTERED_MUTATIONS.get(fn)
-    side = fn in _REGISTERED_SIDE_EFFECTS
+    registered = REGISTERED_MUTATIONS.get(fn)
+    side = fn in REGISTERED_SIDE_EFFECTS
     if registered:
-        params = _argument_names(fn) or []
+        params = argument_names(fn) or []
         writes = tuple((params.index(n), n) for n in registered if n in params)
-        return _OpInfo(writes=writes, side_effect=True, world=side)
-    if side or (fn in SIDE_EFFECTFUL_FUNCTIONS and fn not in _INPLACE_OPERATORS):
-        return _OpInfo(side_effect=True, world=True)
+        return OpInfo(writes=writes, side_effect=True, world=side)
+    if side or (fn in SIDE_EFFECTFUL_FUNCTIONS and fn not in INPLACE_OPERATORS):
+        return OpInfo(side_effect=True, world=True)
     return None
 
 
@@ -482,17 +482,17 @@ def _overload_of(schema: Any) -> Any:
         return None
 
 
-def _functional_info(fn: Any, name: str) -> _OpInfo:
+def _functional_info(fn: Any, name: str) -> OpInfo:
     """torch.nn.functional's Python functions on the allowlist; anything else is unknown."""
-    if getattr(F, name, None) is not fn or name not in _PURE_FUNCTIONAL | _RANDOM_FUNCTIONAL:
+    if getattr(F, name, None) is not fn or name not in PURE_FUNCTIONAL | RANDOM_FUNCTIONAL:
         return UNKNOWN
-    random = name in _RANDOM_FUNCTIONAL
-    params = _argument_names(fn) or []
+    random = name in RANDOM_FUNCTIONAL
+    params = argument_names(fn) or []
     inplace = (params.index("inplace"), "inplace") if "inplace" in params else None
-    return _OpInfo(world=random, side_effect=random, inplace_param=inplace)
+    return OpInfo(world=random, side_effect=random, inplace_param=inplace)
 
 
-def inplace_variant(info: _OpInfo) -> _OpInfo:
+def inplace_variant(info: OpInfo) -> OpInfo:
     """``info`` of a call that passes ``inplace=True``: it writes its first input."""
     return replace(info, inplace_param=None, writes=((0, "input"),), returns_written=True,
                    side_effect=True)  # fmt: skip
@@ -502,16 +502,16 @@ def _has_hooks(module: nn.Module) -> bool:
     return has_forward_hooks(module)
 
 
-def getattr_info(attribute: object) -> _OpInfo:
+def getattr_info(attribute: object) -> OpInfo:
     """``getattr(tensor, attribute)`` (``x.T``, ``x.shape``, ...)."""
-    if attribute in _VIEW_NAMES:
+    if attribute in VIEW_NAMES:
         return _VIEW
-    if attribute in _NON_TENSOR_NAMES:
+    if attribute in NON_TENSOR_NAMES:
         return PLAIN
     return UNKNOWN
 
 
-def module_info(module: nn.Module) -> _OpInfo:
+def module_info(module: nn.Module) -> OpInfo:
     """What calling ``module`` does (``call_module``), from its exact type and attributes.
 
     A module with hooks (its own or global ones: a capture, ``spectral_norm``) runs code its
@@ -519,21 +519,21 @@ def module_info(module: nn.Module) -> _OpInfo:
     parameter, buffer and attribute tensor of the model, unless registered pure.
     """
     kind = type(module)
-    if module in _REGISTERED_PURE or kind in _REGISTERED_PURE:
+    if module in REGISTERED_PURE or kind in REGISTERED_PURE:
         return PLAIN
     if _has_hooks(module):
         return _HOOKED
-    if module in _REGISTERED_SIDE_EFFECTS or kind in _REGISTERED_SIDE_EFFECTS:
-        return _OpInfo(side_effect=True, world=True)
-    if kind in _VIEW_MODULES:
+    if module in REGISTERED_SIDE_EFFECTS or kind in REGISTERED_SIDE_EFFECTS:
+        return OpInfo(side_effect=True, world=True)
+    if kind in VIEW_MODULES:
         return _VIEW
-    if kind in _MAYBE_ALIAS_MODULES:
+    if kind in MAYBE_ALIAS_MODULES:
         return _MAYBE_ALIAS
-    if kind in _BATCH_NORMS and not module.training:
+    if kind in BATCH_NORMS and not module.training:
         return PLAIN
-    random = kind in _RANDOM_MODULES
-    if kind not in _PURE_MODULES and not random:
+    random = kind in RANDOM_MODULES
+    if kind not in PURE_MODULES and not random:
         return UNKNOWN
-    info = _OpInfo(world=random, side_effect=random)
+    info = OpInfo(world=random, side_effect=random)
     inplace = getattr(module, "inplace", False)
     return inplace_variant(info) if inplace else info

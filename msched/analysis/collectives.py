@@ -41,7 +41,7 @@ from msched.analysis._collective_targets import (
     op_name,
     registered_group,
 )
-from msched.analysis._targets import _OP_INFO_CACHE, _argument_names, _check_target
+from msched.analysis._targets import OP_INFO_CACHE, argument_names, check_target
 from msched.errors import InvalidArgumentError
 
 __all__ = [
@@ -85,21 +85,21 @@ def register_collective(op: Any, group: str | None = None) -> None:
     ``torch.library.custom_op`` result is read as its op.  torch's own communication ops are
     read without it, and an ``aten`` or ``prims`` op is no collective: both are refused.
     """
-    op = _check_target("register_collective", op)
+    op = check_target("register_collective", op)
     _refuse_non_engine(op)
     if group is not None:
         if not isinstance(group, str):
             raise InvalidArgumentError(
                 f"register_collective: group must be an argument name (str) or None, got {group!r}"
             )
-        names = _argument_names(op)
+        names = argument_names(op)
         if names is not None and group not in names:
             raise InvalidArgumentError(
                 f"register_collective: {op!r} has no argument named {group}; "
                 f"its arguments are {', '.join(names) or 'none'}"
             )
     REGISTERED[op] = group
-    _OP_INFO_CACHE.clear()
+    OP_INFO_CACHE.clear()
 
 
 def _refuse_non_engine(op: Any) -> None:
@@ -143,9 +143,9 @@ def _group_key(value: Any) -> str | None:
 
 def _registered_argument_position(op: Any, name: str) -> int:
     """Where the argument ``name`` is in a call of ``op`` (a packet: by its ``default``
-    overload, else its first; `_argument_names` of a packet is a sorted union)."""
+    overload, else its first; `argument_names` of a packet is a sorted union)."""
     overload = _overload_of(op)
-    names = [a.name for a in schema_of(overload).arguments] if overload else _argument_names(op)
+    names = [a.name for a in schema_of(overload).arguments] if overload else argument_names(op)
     names = names or []
     return names.index(name) if name in names else len(names) + 1_000_000
 

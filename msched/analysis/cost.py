@@ -29,8 +29,9 @@ from torch.fx import Node
 
 from msched._torch_internals import OpOverload, OpOverloadPacket, qualified_name, schema_of
 from msched.analysis._modules import called_module, module_kind, module_work, weight_bytes
+from msched.analysis._target_names import VIEW_NAMES
 from msched.analysis.collectives import collective_of, is_wait
-from msched.analysis.effects import _VIEW_NAMES, _node_info, _op_info
+from msched.analysis.effects import node_info, op_info
 from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidArgumentError
 
@@ -165,8 +166,8 @@ def op_category(node: Node) -> str:
     kind = _name_category(_op_name(node))
     if kind is not None:
         return kind
-    info = _op_info(node)
-    if info is not None and not info.unknown and _node_info(node, info).writes:
+    info = op_info(node)
+    if info is not None and not info.unknown and node_info(node, info).writes:
         return "capture / in-place"
     return "other"
 
@@ -179,11 +180,11 @@ def _free_target(node: Node) -> bool:
     if node.op == "call_module":
         module = called_module(node)
         return module is not None and module_kind(module) is None
-    info = _op_info(node)
+    info = op_info(node)
     if info is not None and info.view_of_first:
         return True
     name = _op_name(node)
-    return name.startswith("sym_") or name in _VIEW_NAMES or name in _METADATA_NAMES
+    return name.startswith("sym_") or name in VIEW_NAMES or name in _METADATA_NAMES
 
 
 def _symbolic_value(node: Node) -> bool:

@@ -55,44 +55,30 @@ from msched._torch_internals import (
     node_inputs,
     schema_of,
 )
-from msched.analysis._targets import (  # noqa: F401  (registries and the view table are re-exported)
-    _OP_INFO_CACHE,
-    _REGISTERED_MUTATIONS,
-    _REGISTERED_PURE,
-    _REGISTERED_SIDE_EFFECTS,
-    _VIEW_NAMES,
+from msched.analysis._targets import (
+    OP_INFO_CACHE,
     UNKNOWN,
-    _OpInfo,
+    OpInfo,
     function_info,
     getattr_info,
     inplace_variant,
     method_info,
     module_info,
-    register_mutation,
-    register_pure,
-    register_side_effect,
 )
 from msched.analysis.collectives import collective_of, waited
 from msched.analysis.input_storages import InputStorages
 from msched.analysis.nodes import INPUT_OPS, NodeList
 from msched.errors import InvalidGraphError
 
-__all__ = [
-    "Effects",
-    "compute_effects",
-    "produces_tensor",
-    "register_mutation",
-    "register_pure",
-    "register_side_effect",
-]
+__all__ = ["Effects", "compute_effects", "produces_tensor"]
 
 
-def _op_info(node: Node) -> _OpInfo | None:
+def op_info(node: Node) -> OpInfo | None:
     """The facts of ``node``'s target, before node-specific refinements (``inplace=``)."""
     if node.op == "call_function":
         if node.target is builtins.getattr and len(node.args) > 1:
             return getattr_info(node.args[1])
-        return _OP_INFO_CACHE.get(node.target) or function_info(node.target)
+        return OP_INFO_CACHE.get(node.target) or function_info(node.target)
     if node.op == "call_method":
         return method_info(str(node.target))
     if node.op == "call_module":
@@ -105,7 +91,7 @@ def _op_info(node: Node) -> _OpInfo | None:
     return None
 
 
-def _node_info(node: Node, info: _OpInfo) -> _OpInfo:
+def node_info(node: Node, info: OpInfo) -> OpInfo:
     """``info`` refined by the node's arguments: ``inplace=True`` makes a call write."""
     param = info.inplace_param
     if param is None:
@@ -196,9 +182,9 @@ class _Walk:
             return (root[next(iter(inputs))],)
         return tuple(dict.fromkeys([root[i] for i in inputs]))
 
-    def visit(self, node: Node, info: _OpInfo) -> None:
+    def visit(self, node: Node, info: OpInfo) -> None:
         """Record the effects of one call node."""
-        info = _node_info(node, info)
+        info = node_info(node, info)
         if info.unknown:
             self._unknown(node, info)
         else:
@@ -223,13 +209,13 @@ class _Walk:
         if info.world:
             self.world.append(node)
 
-    def side_effect(self, node: Node, info: _OpInfo) -> None:
+    def side_effect(self, node: Node, info: OpInfo) -> None:
         """Record that ``node`` must run (and keep its order when it touches the world)."""
         self.side.append(node)
         if info.world:
             self.world.append(node)
 
-    def _unknown(self, node: Node, info: _OpInfo) -> None:
+    def _unknown(self, node: Node, info: OpInfo) -> None:
         """Reads and writes all it receives (and its module's state, or with ``any_state``
         all of the model's); may return an alias."""
         state = self.inputs.model_state(node) if info.any_state else self._module_state(node)
@@ -273,14 +259,14 @@ class _Walk:
         if len(targets) > 1:
             self.aliases[targets[0]] = self.expand(targets)
 
-    def _written(self, node: Node, info: _OpInfo) -> tuple[Node, ...]:
+    def _written(self, node: Node, info: OpInfo) -> tuple[Node, ...]:
         root = self.root
         targets = [
             root[n] for pos, name in info.writes for n in _nodes_in(_argument(node, pos, name))
         ]
         return self.expand(targets)
 
-    def _root_of(self, node: Node, info: _OpInfo) -> Node:
+    def _root_of(self, node: Node, info: OpInfo) -> Node:
         root = self.root
         if node.op == "call_function" and node.target is operator.getitem:
             return self._getitem_root(node)
@@ -303,7 +289,7 @@ class _Walk:
         parent, index = node.args[0], node.args[1]
         if not isinstance(parent, Node):
             return node
-        info = _op_info(parent)
+        info = op_info(parent)
         if (
             info is not None
             and info.multi_output
@@ -347,7 +333,7 @@ def _compute(  # noqa: C901, PLR0915
 ) -> Effects:
     walk = _Walk(graph, by_storage)
     root, reads, writes, aliases = walk.root, walk.reads, walk.writes, walk.aliases
-    cache, getitem, input_root = _OP_INFO_CACHE, operator.getitem, walk.input_root
+    cache, getitem, input_root = OP_INFO_CACHE, operator.getitem, walk.input_root
     try:
         for node in graph.nodes:
             op = node.op
@@ -355,7 +341,7 @@ def _compute(  # noqa: C901, PLR0915
                 root[node], reads[node], writes[node] = root[views[node]], (), ()
                 continue
             if op == "call_function" and node.target is not getitem:
-                info = cache.get(node.target) or _op_info(node)  # getattr: per attribute
+                info = cache.get(node.target) or op_info(node)  # getattr: per attribute
                 assert info is not None
                 if info.plain or info.plain_side_effect:  # fresh storage, reads its inputs
                     if info.plain_side_effect:  # stream ops, prints: they must run
@@ -377,7 +363,7 @@ def _compute(  # noqa: C901, PLR0915
                 root[node], reads[node], writes[node] = node, walk.input_roots(node), ()
                 continue
             else:
-                info = _op_info(node)
+                info = op_info(node)
             assert info is not None
             walk.visit(node, info)
     except KeyError as missing:  # an input not seen yet: say which, or it is our own bug

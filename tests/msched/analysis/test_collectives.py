@@ -11,7 +11,7 @@ from torch.fx import Graph
 import msched
 from msched.analysis import collectives as coll
 from msched.analysis._collective_targets import REGISTERED
-from msched.analysis._targets import _OP_INFO_CACHE
+from msched.analysis._targets import OP_INFO_CACHE
 from msched.analysis.effects import compute_effects
 
 from ..sharded_graphs import ENGINE_ALL_REDUCE
@@ -88,7 +88,7 @@ def test_an_engine_collective_is_synchronous_once_registered() -> None:
         assert [c.group for c in coll.collectives_in(g)] == [None, None]
     finally:
         REGISTERED.clear()
-        _OP_INFO_CACHE.clear()
+        OP_INFO_CACHE.clear()
 
 
 @pytest.mark.parametrize(

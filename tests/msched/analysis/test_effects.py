@@ -10,6 +10,7 @@ import torch
 from torch.fx import Graph
 
 import msched
+from msched.analysis import _targets
 from msched.analysis.effects import compute_effects, produces_tensor
 from msched.analysis.nodes import node_named
 
@@ -142,8 +143,8 @@ def _registered_pure(target: object) -> Iterator[None]:
     try:
         yield
     finally:
-        msched.analysis.effects._REGISTERED_PURE.discard(target)
-        msched.analysis.effects._OP_INFO_CACHE.clear()
+        _targets.REGISTERED_PURE.discard(target)
+        _targets.OP_INFO_CACHE.clear()
 
 
 def test_register_pure_makes_an_unknown_function_plain() -> None:
@@ -295,8 +296,6 @@ _fresh_lib.define("make_and_write(Tensor x, Tensor(a!)[] writes) -> Tensor[]")
 def test_registered_fresh_results_of_a_writing_op_are_storages_of_their_own() -> None:
     """Results of a multi-output op that writes are read as ``out=`` results (aliases of
     what it writes) unless the op is declared to return new storages."""
-    from msched.analysis import _targets
-
     op = torch.ops.msched_test_fresh.make_and_write.default
     g = Graph()
     x, dest = g.placeholder("x"), g.placeholder("dest")
@@ -310,8 +309,8 @@ def test_registered_fresh_results_of_a_writing_op_are_storages_of_their_own() ->
     try:
         after = compute_effects(g)
     finally:
-        _targets._REGISTERED_FRESH_RESULTS.discard(op)
-        _targets._OP_INFO_CACHE.clear()
+        _targets.REGISTERED_FRESH_RESULTS.discard(op)
+        _targets.OP_INFO_CACHE.clear()
     assert (after.root[first], after.root[second]) == (first, second)
     assert after.writes[call] == (dest,)
     assert all(dest not in after.aliases.get(n, ()) for n in (call, first, second))

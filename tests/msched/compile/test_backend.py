@@ -20,7 +20,7 @@ from torch.fx import Graph, GraphModule, Node
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import msched
-from msched.analysis.effects import _REGISTERED_MUTATIONS, _REGISTERED_SIDE_EFFECTS
+from msched.analysis._targets import REGISTERED_MUTATIONS, REGISTERED_SIDE_EFFECTS
 from msched.compile import _reinplace, compiler, pieces
 from msched.compile._reinplace import reinplace
 from msched.compile.compiler import MschedBackend, Piece, compile_and_run
@@ -180,8 +180,8 @@ class ScaleInto(torch.nn.Module):
 
 def test_unregistered_custom_op_is_scheduled_and_joined_at_exit() -> None:
     op = torch.ops.msched_test.scale_into
-    assert op not in _REGISTERED_MUTATIONS and op.default not in _REGISTERED_MUTATIONS
-    assert op.default not in _REGISTERED_SIDE_EFFECTS
+    assert op not in REGISTERED_MUTATIONS and op.default not in REGISTERED_MUTATIONS
+    assert op.default not in REGISTERED_SIDE_EFFECTS
     model = ScaleInto()
     x, buf, ref_buf = torch.randn(4, 8), torch.zeros(4, 8), torch.zeros(4, 8)
     ref = model(x, ref_buf)

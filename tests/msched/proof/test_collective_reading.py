@@ -16,7 +16,7 @@ from torch.fx import Graph, GraphModule
 import msched
 from msched.analysis import collectives as coll
 from msched.analysis._collective_targets import REGISTERED
-from msched.analysis._targets import _OP_INFO_CACHE
+from msched.analysis._targets import OP_INFO_CACHE
 from msched.analysis.nodes import node_named
 from msched.proof.verifier import Report
 
@@ -31,7 +31,7 @@ FCA = torch.ops._c10d_functional_autograd
 def clean_registry() -> Iterator[None]:
     yield
     REGISTERED.clear()
-    _OP_INFO_CACHE.clear()
+    OP_INFO_CACHE.clear()
 
 
 def kinds(report: Report) -> list[tuple[str, str | None]]:

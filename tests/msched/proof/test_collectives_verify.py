@@ -17,7 +17,7 @@ from torch.fx import Graph, GraphModule
 
 import msched
 from msched.analysis._collective_targets import REGISTERED
-from msched.analysis._targets import _OP_INFO_CACHE
+from msched.analysis._targets import OP_INFO_CACHE
 from msched.analysis.collectives import collectives_in
 from msched.analysis.nodes import node_named
 from msched.proof.collective_order import COLLECTIVE_KINDS
@@ -35,7 +35,7 @@ def engine_collective() -> Iterator[object]:
     msched.register_collective(op, group="group_name")
     yield op
     REGISTERED.pop(op, None)
-    _OP_INFO_CACHE.clear()
+    OP_INFO_CACHE.clear()
 
 
 def kinds(report: Report) -> list[tuple[str, str | None]]:
