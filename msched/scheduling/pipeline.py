@@ -218,7 +218,8 @@ def read_schedule(
 ) -> Schedule:
     """The `Schedule` of ``gm``, a graph some pass scheduled, read from its stream ops.
 
-    Reading only interprets and simulates: `msched.proof.scheduled.read_summary` does it.
+    Reading only interprets and simulates: `msched.proof.scheduled.read_summary` does it;
+    this wraps its result in a `Schedule`, the type it lives next to (docs/design.md says why).
     ``dialect`` is a `Dialect`, a dialect name, or None to detect it from the graph's ops
     (`Dialect.detect`).  ``num_events`` counts the distinct events recorded, ``num_waits`` the
     waits; ``makespan`` is the `msched.simulate` makespan under ``cost_model`` (the table
