@@ -56,3 +56,69 @@ def test_the_hook_exits_1_on_a_long_subject_and_0_on_a_short_one(tmp_path: Path)
     message.write_text("Short subject\n\nBody.\n")
     short = subprocess.run([sys.executable, SCRIPT, message], capture_output=True, text=True)
     assert (short.returncode, short.stderr) == (0, "")
+
+
+# --- --since START: the rule over history, for CI --------------------------------------------
+
+GIT = ["git", "-c", "user.name=ci", "-c", "user.email=ci@example.com", "-c", "commit.gpgsign=false"]
+GIT += ["-c", "core.hooksPath=/dev/null", "-c", "init.defaultBranch=main"]
+
+
+def _git(repo: Path, *args: str) -> str:
+    done = subprocess.run([*GIT, *args], cwd=repo, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def _history(repo: Path, messages: list[str]) -> list[str]:
+    """A repository at ``repo`` with one empty commit per message, oldest first; their hashes."""
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    for message in messages:
+        _git(repo, "commit", "-q", "--allow-empty", "--cleanup=verbatim", "-m", message)
+    return _git(repo, "log", "--reverse", "--format=%H").split()
+
+
+def _since(repo: Path, start: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, SCRIPT, "--since", start]
+    return subprocess.run(command, cwd=repo, capture_output=True, text=True)
+
+
+def test_history_from_start_is_read_as_the_hook_reads_a_message(tmp_path: Path) -> None:
+    """Before START nothing counts; START and after count, each subject its first line."""
+    two_lines = "Two lines\nof a first paragraph " + "z" * 70  # git's %s would join them
+    messages = ["o" * 90, "The rule", two_lines, "x" * 73 + "\n\nWhy."]
+    old, start, *_ = _history(tmp_path / "repo", messages)
+    read = commit_msg.messages_since(start, tmp_path / "repo")
+    assert read is not None
+    assert [commit_msg.subject(m) for _, m in read] == ["x" * 73, "Two lines", "The rule"]
+    done = _since(tmp_path / "repo", start)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.count("characters, more than 72") == 1 and "x" * 73 in done.stderr
+    assert "o" * 90 not in done.stderr
+    assert _since(tmp_path / "repo", old).stderr.count("more than 72") == 2
+
+
+def test_a_long_start_is_refused_and_a_clean_history_passes(tmp_path: Path) -> None:
+    start, _ = _history(tmp_path / "repo", ["s" * 80, "Short"])
+    assert _since(tmp_path / "repo", start).returncode == 1
+    start, _ = _history(tmp_path / "clean", ["The rule", "Short"])
+    done = _since(tmp_path / "clean", start)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == f"2 commit subjects since {start[:12]}: none over 72 characters\n"
+
+
+def test_a_shallow_clone_without_start_is_a_note_not_a_failure(tmp_path: Path) -> None:
+    start, *_ = _history(tmp_path / "repo", ["The rule", "Short", "y" * 80])
+    url = (tmp_path / "repo").as_uri()
+    _git(tmp_path, "clone", "-q", "--depth", "1", url, "shallow")
+    done = _since(tmp_path / "shallow", start)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.startswith(f"commit subjects not checked: {start} is not in this clone's")
+    _git(tmp_path, "clone", "-q", "--depth", "2", url, "two")  # START's parents cut off
+    assert _since(tmp_path / "two", _git(tmp_path / "two", "rev-parse", "HEAD~1")).returncode == 1
+
+
+def test_wrong_arguments_exit_2_with_the_usage(tmp_path: Path) -> None:
+    for argv in ([], ["--since"], ["a", "b"], ["--other", "x"]):
+        done = subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True)
+        assert done.returncode == 2 and done.stderr.startswith("usage: commit_msg.py")
