@@ -10,6 +10,11 @@ arguments, any `msched.MschedError` and a file that cannot be read or written pr
 (``msched <command>: error: ...``) to stderr and exit with status 2; a graph that fails
 verification exits with status 1.  Progress goes to stderr, only when it is a terminal and
 the graph is big, so piped output stays clean.
+
+This module parses the command line, runs ``demo``, ``schedule``, ``svg`` and ``explain`` and
+turns errors into exit statuses; the words of the command line (the parser, the argument types,
+the stack options) are `msched.cli.options`, building and scheduling a stack `msched.cli.stack`,
+and the arguments of ``diff`` `msched.cli.diff`.
 """
 
 from __future__ import annotations
