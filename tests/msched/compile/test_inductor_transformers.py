@@ -43,11 +43,11 @@ NAMES = tuple(n for n in models.NAMES if not ONLY or n in ONLY)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def fresh_inductor_cache(tmp_path_factory):
-    """Every compile here runs msched's pass (nothing comes from an earlier run's cache)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor-cache")))
-        yield
+def fresh_inductor_cache(run_inductor_cache):
+    """Every compile here runs msched's pass (nothing comes from an earlier run's cache; no
+    two builds here compile one graph with one configuration), and the kernels the builds
+    share (the families have layers alike) are compiled once per run, not once per worker."""
+    yield
 
 
 def _clone(values):
