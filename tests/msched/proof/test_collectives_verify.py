@@ -8,16 +8,12 @@ fixed twin that verifies.  No process group is needed: the graphs only name
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 import torch._dynamo  # noqa: F401  (registers torch.ops.streams)
 from torch.fx import Graph, GraphModule
 
 import msched
-from msched.analysis._collective_targets import REGISTERED
-from msched.analysis._targets import OP_INFO_CACHE
 from msched.analysis.collectives import collectives_in
 from msched.analysis.nodes import node_named
 from msched.proof.collective_order import COLLECTIVE_KINDS
@@ -27,15 +23,6 @@ from ..scheduled import Scheduled, aten, unscheduled
 from ..sharded_graphs import ENGINE_ALL_REDUCE, two_microbatches
 
 FC = torch.ops._c10d_functional
-
-
-@pytest.fixture
-def engine_collective() -> Iterator[object]:
-    op = ENGINE_ALL_REDUCE
-    msched.register_collective(op, group="group_name")
-    yield op
-    REGISTERED.pop(op, None)
-    OP_INFO_CACHE.clear()
 
 
 def kinds(report: Report) -> list[tuple[str, str | None]]:

@@ -138,8 +138,9 @@ def test_one_group_runs_its_communication_in_issue_order() -> None:
     assert timeline.makespan == timeline.lower_bound == 60.0
 
 
-def test_a_synchronous_collective_runs_its_communication_on_its_stream() -> None:
-    msched.register_collective(ENGINE_ALL_REDUCE, group="group_name")
+def test_a_synchronous_collective_runs_its_communication_on_its_stream(
+    engine_collective: object,
+) -> None:
     g = Graph()
     x, w = g.placeholder("x"), g.placeholder("w")
     reduced = g.call_function(ENGINE_ALL_REDUCE.default, (x, "tp"))
