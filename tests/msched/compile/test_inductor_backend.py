@@ -369,37 +369,88 @@ def test_an_order_that_cannot_be_kept_warns_and_the_build_goes_on(tmp_path, monk
 
 CACHE_SCRIPT = textwrap.dedent(
     """
-    import sys, torch, msched
+    import os, sys, torch, msched
+    import torch._dynamo, torch._inductor.compile_fx, msched.compile.inductor_backend
     from msched.models.decoders import TinyDecoder
 
-    model = TinyDecoder(2, 16, (1,), moe=True)
-    x, cap = model.example_inputs(4)
-    with torch.no_grad():
-        if sys.argv[1] == "both":  # the stream-less build first, into the same cache
-            torch.compile(model, backend="inductor")(x, cap.clone())
-            torch._dynamo.reset()
-        b = msched.backend(num_streams=2, compiler="inductor")
-        try:
-            out = torch.compile(model, backend=b)(x, cap)
-        except Exception as failed:
-            print("FAILED", type(getattr(failed, "inner_exception", failed)).__name__)
-            sys.exit(0)
-    piece = b.pieces[0]
-    code = piece.code
-    print("STREAMS" if "with stream1:" in code and "wait_event" in code else "PLAIN")
-    print("EQUAL" if torch.allclose(out, model(x, torch.zeros_like(cap)), atol=1e-5) else "DIFF")
-    print("HIT" if piece.schedule is None else "COMPILED")  # msched's pass did not run
-    print("VERIFIED" if piece.report.ok and piece.kernel_order is not None else "UNVERIFIED")
+
+    def build(mode):
+        model = TinyDecoder(2, 16, (1,), moe=True)
+        x, cap = model.example_inputs(4)
+        with torch.no_grad():
+            if mode == "both":  # the stream-less build first, into the same cache
+                torch.compile(model, backend="inductor")(x, cap.clone())
+                torch._dynamo.reset()
+            b = msched.backend(num_streams=2, compiler="inductor")
+            try:
+                out = torch.compile(model, backend=b)(x, cap)
+            except Exception as failed:
+                print("FAILED", type(getattr(failed, "inner_exception", failed)).__name__)
+                return
+        piece = b.pieces[0]
+        code = piece.code
+        print("STREAMS" if "with stream1:" in code and "wait_event" in code else "PLAIN")
+        same = torch.allclose(out, model(x, torch.zeros_like(cap)), atol=1e-5)
+        print("EQUAL" if same else "DIFF")
+        print("HIT" if piece.schedule is None else "COMPILED")  # msched's pass did not run
+        print("VERIFIED" if piece.report.ok and piece.kernel_order is not None else "UNVERIFIED")
+
+
+    # One process imports, then forks a child per build: each child starts from what a fresh
+    # process sees once it has imported (nothing compiled, no cache in memory), without
+    # paying the imports again.  Its stdout and stderr go to the files the parent names.
+    for line in sys.stdin:
+        mode, out, err = line.split()
+        pid = os.fork()
+        if pid == 0:
+            for fd, path in ((1, out), (2, err)):
+                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
+            status = 0
+            try:
+                build(mode)
+            except BaseException:
+                import traceback
+                traceback.print_exc()
+                status = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+        print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
     """
 )
 
 
-def _build(script, mode: str, env: dict[str, str]) -> list[str]:
-    done = subprocess.run([sys.executable, str(script), mode], env=env, capture_output=True,
-                          text=True)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    warned = ["WARNED"] if "kept no final order" in done.stderr else []
-    return done.stdout.split() + warned
+class _Builds:
+    """The process that runs `CACHE_SCRIPT`'s builds, each in a child forked for it."""
+
+    def __init__(self, folder: Path, env: dict[str, str]) -> None:
+        self.folder, self.count = folder, 0
+        script = folder / "build.py"
+        script.write_text(CACHE_SCRIPT)
+        self.process = subprocess.Popen([sys.executable, str(script)], env=env, text=True,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+
+    def __call__(self, mode: str) -> list[str]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.count += 1
+        out, err = (self.folder / f"build{self.count}.{kind}" for kind in ("out", "err"))
+        self.process.stdin.write(f"{mode} {out} {err}\n")
+        self.process.stdin.flush()
+        status = self.process.stdout.readline().strip()
+        stderr = err.read_text() if err.exists() else "(the build process ended)"
+        assert status == "0", stderr[-3000:]
+        warned = ["WARNED"] if "kept no final order" in stderr else []
+        return out.read_text().split() + warned
+
+    def __enter__(self) -> _Builds:
+        return self
+
+    def __exit__(self, *failed: object) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        if failed[0] is not None:
+            self.process.kill()
+        assert self.process.wait(timeout=60) == 0 or failed[0] is not None
 
 
 def _edit_records(records, edit) -> None:
@@ -452,22 +503,21 @@ def test_the_cache_serves_verified_stream_programs_only(tmp_path) -> None:
     renewed key, so the fresh cache entry and its order are written together."""
     cache = tmp_path / "cache"
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache)}
-    script = tmp_path / "build.py"
-    script.write_text(CACHE_SCRIPT)
-    verified = ["STREAMS", "EQUAL"]
-    # One process with both builds: the stream-less one never serves the stream build.
-    assert _build(script, "both", env) == [*verified, "COMPILED", "VERIFIED"]
-    # A fresh process with the warm cache: served from it, with its streams, verified.
-    assert _build(script, "warm", env) == [*verified, "HIT", "VERIFIED"]
-    records = cache / "msched_orders"
-    kept = {p: p.read_text() for p in records.glob("*.json")}
-    _edit_records(records, _consumer_before_its_wait)  # the hit is verified from the record
-    assert _build(script, "warm", env) == ["FAILED", "PieceVerificationError"]
-    for path, text in kept.items():
-        path.write_text(text)
-    _edit_records(records, _without_waits)  # a record that does not fit the code is not used
-    assert _build(script, "warm", env) == [*verified, "COMPILED", "VERIFIED", "WARNED"]
-    assert _build(script, "warm", env) == [*verified, "HIT", "VERIFIED"]  # healed
-    shutil.rmtree(records)  # no order kept for the cached code: compiled again, cold
-    assert _build(script, "warm", env) == [*verified, "COMPILED", "VERIFIED", "WARNED"]
-    assert _build(script, "warm", env) == [*verified, "HIT", "VERIFIED"]  # healed
+    with _Builds(tmp_path, env) as build:
+        verified = ["STREAMS", "EQUAL"]
+        # One process with both builds: the stream-less one never serves the stream build.
+        assert build("both") == [*verified, "COMPILED", "VERIFIED"]
+        # A fresh process with the warm cache: served from it, with its streams, verified.
+        assert build("warm") == [*verified, "HIT", "VERIFIED"]
+        records = cache / "msched_orders"
+        kept = {p: p.read_text() for p in records.glob("*.json")}
+        _edit_records(records, _consumer_before_its_wait)  # the hit is verified from the record
+        assert build("warm") == ["FAILED", "PieceVerificationError"]
+        for path, text in kept.items():
+            path.write_text(text)
+        _edit_records(records, _without_waits)  # a record that does not fit the code is not used
+        assert build("warm") == [*verified, "COMPILED", "VERIFIED", "WARNED"]
+        assert build("warm") == [*verified, "HIT", "VERIFIED"]  # healed
+        shutil.rmtree(records)  # no order kept for the cached code: compiled again, cold
+        assert build("warm") == [*verified, "COMPILED", "VERIFIED", "WARNED"]
+        assert build("warm") == [*verified, "HIT", "VERIFIED"]  # healed
