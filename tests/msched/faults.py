@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from torch.fx import Graph, GraphModule, Node
+from torch.fx import GraphModule, Node
 
 import msched
 from msched.analysis.collectives import collectives_in
@@ -21,6 +21,7 @@ from msched.analysis.dag import WAW, build_dag
 from msched.analysis.nodes import node_named
 from msched.proof.interpreter import interpret
 from msched.scheduling.emit import relink
+from msched.testing.checks import copy_module
 
 from .hb import happens_before
 
@@ -50,13 +51,6 @@ class Fault:
     site: str
     gm: GraphModule
     expect: frozenset[str]
-
-
-def copy_module(gm: GraphModule) -> GraphModule:
-    """A copy of ``gm`` with its own graph; node names are unchanged."""
-    graph = Graph()
-    graph.output(graph.graph_copy(gm.graph, {}))
-    return GraphModule(gm, graph, gm.__class__.__name__)
 
 
 def _node(gm: GraphModule, name: str) -> Node:
