@@ -387,12 +387,15 @@ def _check_orderings(
     effects: Effects,
     match: dict[Node, Node] | None,
     found: _Found,
+    skip: int = 0,
 ) -> None:
     """Report every dependency ``u -> v`` whose ``u`` does not happen before ``v``.
 
     ``preds`` and ``effects`` are keyed by the nodes of the graph that defines the orderings;
-    ``match`` maps them to the scheduled nodes (None: they are the scheduled nodes).
+    ``match`` maps them to the scheduled nodes (None: they are the scheduled nodes).  An edge
+    whose every reason is in the bit mask ``skip`` is not checked.
     """
+    keep = ~skip
     stamp = clocks.stamp
     if match is None:
         match = {n: n for n in clocks.order}
@@ -404,7 +407,7 @@ def _check_orderings(
         sv, kv, clock = stamp[v]
         for u_key, mask in deps.items():
             u = get(u_key)
-            if u is None:
+            if u is None or not mask & keep:
                 continue
             at_u = stamp.get(u)
             if at_u is None:
@@ -412,7 +415,7 @@ def _check_orderings(
             su, ku = at_u[0], at_u[1]
             if (ku < kv) if su == sv else (clock[su] >= ku):
                 continue
-            _report_ordering(u_key, v_key, mask, (u, v), clocks, effects, found)
+            _report_ordering(u_key, v_key, mask & keep, (u, v), clocks, effects, found)
 
 
 def _report_ordering(
@@ -514,20 +517,13 @@ def _check_against_original(
     dag = build_dag(before)
     match, extras = _match_nodes(dag, program, found)
     exits = {dag.output: exit_dependencies(dag.nodes, dag.effects, dag.output)}
-    _check_orderings(_without_chain(dag.preds), clocks, dag.effects, match, found)
+    # The collective chain is `collective_faults`'s to check.
+    _check_orderings(dag.preds, clocks, dag.effects, match, found, skip=COLLECTIVE)
     _check_orderings(exits, clocks, dag.effects, match, found)
     root = _mapped_roots(dag, match)
     if extras:
         root = _check_extra_nodes(scheduled(), clocks, extras, root, found)
     return root
-
-
-def _without_chain(preds: dict[Node, dict[Node, int]]) -> dict[Node, dict[Node, int]]:
-    """``preds`` without the ``collective`` chain, which `collective_faults` checks itself."""
-    if not any(mask & COLLECTIVE for deps in preds.values() for mask in deps.values()):
-        return preds
-    kept = {v: {u: m & ~COLLECTIVE for u, m in deps.items()} for v, deps in preds.items()}
-    return {v: {u: m for u, m in deps.items() if m} for v, deps in kept.items()}
 
 
 def _match_nodes(
