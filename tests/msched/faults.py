@@ -17,7 +17,7 @@ from torch.fx import GraphModule, Node
 
 import msched
 from msched.analysis.collectives import collectives_in
-from msched.analysis.dag import WAW, build_dag
+from msched.analysis.dag import WAW, Dag, build_dag
 from msched.analysis.nodes import node_named
 from msched.proof.interpreter import interpret
 from msched.scheduling.emit import relink
@@ -574,13 +574,16 @@ def inject(
     return INJECTORS[kind](gm, original, limit)
 
 
-def real_orderings_broken(gm: GraphModule, original: GraphModule) -> list[tuple[str, str]]:
+def real_orderings_broken(
+    gm: GraphModule, original: GraphModule, dag: Dag | None = None
+) -> list[tuple[str, str]]:
     """Orderings of ``original`` (and aux-stream starts) that ``gm`` no longer guarantees.
 
-    Uses `tests.msched.hb`, which shares no code with `msched.verify`.
+    Uses `tests.msched.hb`, which shares no code with `msched.verify`.  ``dag``: the `Dag`
+    of ``original``, where the caller checks many faults against it.
     """
     hb = happens_before(gm)
-    dag = build_dag(original)
+    dag = build_dag(original) if dag is None else dag
     broken = [
         (dep.name, node.name)
         for node in dag.nodes
