@@ -117,9 +117,24 @@ def _group_argument(target: Any) -> tuple[int, str] | None:
     return None
 
 
+#: target -> its `communication_entry`: every node of every graph is asked for one, several
+#: times per `msched.verify`, and the answer depends on the target alone.
+_ENTRIES: dict[Any, Entry | None] = {}
+
+
 def communication_entry(target: Any) -> Entry | None:
     """``(label, group argument, holds_input, asynchronous)`` of a communication op of torch
     (see `Entry`), else ``None``."""
+    try:
+        return _ENTRIES[target]
+    except KeyError:
+        entry = _ENTRIES[target] = _communication_entry(target)
+        return entry
+    except TypeError:  # an unhashable callable
+        return _communication_entry(target)
+
+
+def _communication_entry(target: Any) -> Entry | None:
     qualified = op_name(target)
     if qualified is None or qualified in NOT_COLLECTIVE:
         return None

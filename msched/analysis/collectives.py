@@ -246,11 +246,15 @@ def collectives_in(nodes: Graph | Iterable[Node]) -> list[Collective]:
     return [c for c in found if c is not None]
 
 
-def waits_of(nodes: Graph | Iterable[Node]) -> dict[Node, list[Node]]:
+def waits_of(
+    nodes: Graph | Iterable[Node], found: Iterable[Collective] | None = None
+) -> dict[Node, list[Node]]:
     """Each asynchronous collective among ``nodes`` -> its ``wait_tensor`` nodes, in order (a
-    coalesced collective has one per result; an unwaited one has none)."""
+    coalesced collective has one per result; an unwaited one has none).  ``found``: the
+    collectives among ``nodes`` (`collectives_in`), where the caller has them already."""
     order = list(nodes.nodes if isinstance(nodes, Graph) else nodes)
-    result: dict[Node, list[Node]] = {c.node: [] for c in collectives_in(order) if c.asynchronous}
+    found = collectives_in(order) if found is None else found
+    result: dict[Node, list[Node]] = {c.node: [] for c in found if c.asynchronous}
     for node in order:
         issued = waited(node)
         if issued is not None and issued in result:

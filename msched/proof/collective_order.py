@@ -138,7 +138,7 @@ def _in_flight_uses(
     """Rule 3: uses of a collective's tensors while its communication may still run."""
     position = {n: i for i, n in enumerate(clocks.order)}
     touching = _accesses(clocks.order, effects)
-    waits = waits_of(clocks.order)
+    waits = waits_of(clocks.order, issued)
     faults = []
     for c in issued:
         if not c.asynchronous:

@@ -38,8 +38,9 @@ Cost: O(nodes + edges) dictionary work plus O(streams) per wait.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import cache
 
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_arg
@@ -214,13 +215,17 @@ def verify(
     clocks = clocks_of(program, max(program.num_streams, num_streams or 0))
     _check_walk(program, clocks, found)
     _check_stream_ids(program, num_streams, found)
+
+    @cache
+    def scheduled() -> Effects:  # read at most once: the orderings and the collectives share it
+        return scheduled_effects(graph, program.passthrough)
+
     if before is None:
-        effects, deps = _host_order_rules(graph, clocks)
-        _check_orderings(deps, clocks, effects, None, found)
+        effects = scheduled()
+        _check_orderings(_host_order_rules(effects, clocks), clocks, effects, None, found)
         root: Mapping[Node, Node] = effects.root
     else:
-        root = _check_against_original(before, graph, program, clocks, found)
-    scheduled = lambda: scheduled_effects(graph, program.passthrough)  # noqa: E731
+        root = _check_against_original(before, scheduled, program, clocks, found)
     for issue in collective_faults(clocks, before, scheduled, found.pairs):
         found.add(issue.kind, issue.nodes, issue.message, issue.hazard, issue.streams)
     check_record_streams(program, clocks, root, found.add)
@@ -358,15 +363,14 @@ def _unrecorded(clocks: Clocks, wait: Step, found: _Found) -> None:
     )
 
 
-def _host_order_rules(graph: Graph, clocks: Clocks) -> tuple[Effects, dict[Node, dict[Node, int]]]:
-    """The effects of the scheduled graph and the dependencies its host order implies."""
+def _host_order_rules(effects: Effects, clocks: Clocks) -> dict[Node, dict[Node, int]]:
+    """The dependencies the host order of the scheduled graph (of ``effects``) implies."""
     passthrough = clocks.program.passthrough
-    effects = scheduled_effects(graph, passthrough)
     forwarding = {node: None for node in passthrough if node.users}
     deps = host_order_dependencies(clocks.order, effects, clocks.output, forwarding)
     if passthrough:
         _see_through(deps, passthrough)
-    return effects, deps
+    return deps
 
 
 def _see_through(deps: dict[Node, dict[Node, int]], passthrough: Mapping[Node, Node]) -> None:
@@ -383,12 +387,15 @@ def _check_orderings(
     effects: Effects,
     match: dict[Node, Node] | None,
     found: _Found,
+    skip: int = 0,
 ) -> None:
     """Report every dependency ``u -> v`` whose ``u`` does not happen before ``v``.
 
     ``preds`` and ``effects`` are keyed by the nodes of the graph that defines the orderings;
-    ``match`` maps them to the scheduled nodes (None: they are the scheduled nodes).
+    ``match`` maps them to the scheduled nodes (None: they are the scheduled nodes).  An edge
+    whose every reason is in the bit mask ``skip`` is not checked.
     """
+    keep = ~skip
     stamp = clocks.stamp
     if match is None:
         match = {n: n for n in clocks.order}
@@ -400,7 +407,7 @@ def _check_orderings(
         sv, kv, clock = stamp[v]
         for u_key, mask in deps.items():
             u = get(u_key)
-            if u is None:
+            if u is None or not mask & keep:
                 continue
             at_u = stamp.get(u)
             if at_u is None:
@@ -408,7 +415,7 @@ def _check_orderings(
             su, ku = at_u[0], at_u[1]
             if (ku < kv) if su == sv else (clock[su] >= ku):
                 continue
-            _report_ordering(u_key, v_key, mask, (u, v), clocks, effects, found)
+            _report_ordering(u_key, v_key, mask & keep, (u, v), clocks, effects, found)
 
 
 def _report_ordering(
@@ -496,29 +503,27 @@ def _shared(a: tuple[Node, ...], b: tuple[Node, ...]) -> str:
 
 
 def _check_against_original(
-    before: Graph, graph: Graph, program: StreamProgram, clocks: Clocks, found: _Found
+    before: Graph,
+    scheduled: Callable[[], Effects],
+    program: StreamProgram,
+    clocks: Clocks,
+    found: _Found,
 ) -> Mapping[Node, Node]:
-    """Steps 3 and 4 with ``original``: its Dag's orderings, then those of the extra nodes.
+    """Steps 3 and 4 with ``original``: its Dag's orderings, then those of the extra nodes
+    (``scheduled`` gives the scheduled graph's effects, read only when there are some).
 
     Returns the storage root of every scheduled node, for the record_stream check.
     """
     dag = build_dag(before)
     match, extras = _match_nodes(dag, program, found)
     exits = {dag.output: exit_dependencies(dag.nodes, dag.effects, dag.output)}
-    _check_orderings(_without_chain(dag.preds), clocks, dag.effects, match, found)
+    # The collective chain is `collective_faults`'s to check.
+    _check_orderings(dag.preds, clocks, dag.effects, match, found, skip=COLLECTIVE)
     _check_orderings(exits, clocks, dag.effects, match, found)
     root = _mapped_roots(dag, match)
     if extras:
-        root = _check_extra_nodes(graph, clocks, extras, root, found)
+        root = _check_extra_nodes(scheduled(), clocks, extras, root, found)
     return root
-
-
-def _without_chain(preds: dict[Node, dict[Node, int]]) -> dict[Node, dict[Node, int]]:
-    """``preds`` without the ``collective`` chain, which `collective_faults` checks itself."""
-    if not any(mask & COLLECTIVE for deps in preds.values() for mask in deps.values()):
-        return preds
-    kept = {v: {u: m & ~COLLECTIVE for u, m in deps.items()} for v, deps in preds.items()}
-    return {v: {u: m for u, m in deps.items() if m} for v, deps in kept.items()}
 
 
 def _match_nodes(
@@ -560,7 +565,7 @@ def _extra_node(node: Node, found: _Found) -> None:
 
 
 def _check_extra_nodes(
-    graph: Graph,
+    effects: Effects,
     clocks: Clocks,
     extras: list[Node],
     root: dict[Node, Node],
@@ -571,7 +576,7 @@ def _check_extra_nodes(
 
     Returns ``root`` extended by the storage roots of the extra nodes.
     """
-    effects, deps = _host_order_rules(graph, clocks)
+    deps = _host_order_rules(effects, clocks)
     extra = set(extras)
     involved = {
         v: {u: mask for u, mask in preds.items() if u in extra} if v not in extra else preds

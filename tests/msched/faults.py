@@ -13,14 +13,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from torch.fx import Graph, GraphModule, Node
+from torch.fx import GraphModule, Node
 
 import msched
 from msched.analysis.collectives import collectives_in
-from msched.analysis.dag import WAW, build_dag
+from msched.analysis.dag import WAW, Dag, build_dag
 from msched.analysis.nodes import node_named
 from msched.proof.interpreter import interpret
 from msched.scheduling.emit import relink
+from msched.testing.checks import copy_module
 
 from .hb import happens_before
 
@@ -50,13 +51,6 @@ class Fault:
     site: str
     gm: GraphModule
     expect: frozenset[str]
-
-
-def copy_module(gm: GraphModule) -> GraphModule:
-    """A copy of ``gm`` with its own graph; node names are unchanged."""
-    graph = Graph()
-    graph.output(graph.graph_copy(gm.graph, {}))
-    return GraphModule(gm, graph, gm.__class__.__name__)
 
 
 def _node(gm: GraphModule, name: str) -> Node:
@@ -580,13 +574,16 @@ def inject(
     return INJECTORS[kind](gm, original, limit)
 
 
-def real_orderings_broken(gm: GraphModule, original: GraphModule) -> list[tuple[str, str]]:
+def real_orderings_broken(
+    gm: GraphModule, original: GraphModule, dag: Dag | None = None
+) -> list[tuple[str, str]]:
     """Orderings of ``original`` (and aux-stream starts) that ``gm`` no longer guarantees.
 
-    Uses `tests.msched.hb`, which shares no code with `msched.verify`.
+    Uses `tests.msched.hb`, which shares no code with `msched.verify`.  ``dag``: the `Dag`
+    of ``original``, where the caller checks many faults against it.
     """
     hb = happens_before(gm)
-    dag = build_dag(original)
+    dag = build_dag(original) if dag is None else dag
     broken = [
         (dep.name, node.name)
         for node in dag.nodes

@@ -15,6 +15,7 @@ from torch.fx import GraphModule
 
 import msched
 import msched.testing.strategies as mst
+from msched.analysis.dag import Dag, build_dag
 from msched.analysis.nodes import node_named
 from msched.models.decoders import decoder_stack
 
@@ -47,15 +48,16 @@ def reported_orderings(report: msched.Report) -> set[tuple[str, str]]:
     return pairs
 
 
-def oracle_orderings(fault: Fault, original: GraphModule) -> set[tuple[str, str]]:
-    """What `tests.msched.hb` finds broken; an input edge into an unjoined start is one fact."""
-    broken = set(real_orderings_broken(fault.gm, original))
+def oracle_orderings(fault: Fault, original: GraphModule, dag: Dag) -> set[tuple[str, str]]:
+    """What `tests.msched.hb` finds broken; an input edge into an unjoined start is one fact.
+    ``dag``: the `Dag` of ``original`` (built once for all the faults of a graph)."""
+    broken = set(real_orderings_broken(fault.gm, original, dag))
     unjoined = {after for before, after in broken if before == "<entry>"}
     inputs = {n.name for n in original.graph.nodes if n.op in ("placeholder", "get_attr")}
     return {(b, a) for b, a in broken if not (b in inputs and a in unjoined)}
 
 
-def check_fault(fault: Fault, original: GraphModule) -> bool | None:
+def check_fault(fault: Fault, original: GraphModule, dag: Dag) -> bool | None:
     """Whether verify detects ``fault`` (with and, where meaningful, without ``original``).
 
     None: the fault broke nothing, by the independent reader: a dropped wait that another
@@ -67,7 +69,7 @@ def check_fault(fault: Fault, original: GraphModule) -> bool | None:
         alone = msched.verify(fault.gm)
         detected = detected and bool({v.kind for v in alone.violations} & fault.expect)
     if fault.kind in CROSS_CHECKED:
-        expected = oracle_orderings(fault, original)
+        expected = oracle_orderings(fault, original, dag)
         assert reported_orderings(report) == expected, fault.site
         if not expected and fault.kind == "drop-wait":
             assert report.ok, str(report)
@@ -87,10 +89,11 @@ def run_faults(
     Dropped waits that break nothing are appended to ``redundant`` (and not counted).
     """
     missed = []
+    dag = build_dag(original)
     for kind in FAULTS:
         row = table.setdefault(kind, [0, 0])
         for fault in inject(kind, gm, original, limit):
-            detected = check_fault(fault, original)
+            detected = check_fault(fault, original, dag)
             if detected is None:
                 redundant.append(fault.site)
                 continue
