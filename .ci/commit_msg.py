@@ -7,8 +7,9 @@ in the body, after a blank line.
 
 ``commit_msg.py --since START`` is the same rule over history, for CI (``.ci/run``): the message
 of START and of every commit of HEAD after it, each read as the hook reads its file, so that a
-commit made without the hook fails CI.  START not in this clone's history (a shallow clone) is
-a printed note and exit status 0: there is nothing to check it against.
+commit made without the hook fails CI.  START not in the history of a shallow clone is a
+printed note and exit status 0: there is nothing to check it against.  Not in a full clone's
+history (a mistyped hash) it is an error, exit status 2, so a typo cannot turn the check off.
 """
 
 from __future__ import annotations
@@ -67,17 +68,20 @@ def messages_since(start: str, cwd: Path | None = None) -> list[tuple[str, str]]
 
 def check_history(start: str, cwd: Path | None = None) -> int:
     """``--since START``: 0 when every message from ``start`` to HEAD passes `problem` (or
-    ``start`` is not in this clone), 1 and each refused subject with its commit when not, 2
-    when git fails."""
+    ``start`` is cut off by a shallow clone), 1 and each refused subject with its commit when
+    not, 2 when git fails or ``start`` is no commit of a full clone."""
     try:
         messages = messages_since(start, cwd)
     except RuntimeError as error:
         print(f"commit subjects not checked: {error}", file=sys.stderr)
         return 2
     if messages is None:
+        if _git(["rev-parse", "--is-shallow-repository"], cwd).stdout.strip() != "true":
+            print(f"commit_msg.py: {start} is no commit of this repository", file=sys.stderr)
+            return 2
         print(
             f"commit subjects not checked: {start} is not in this clone's history "
-            "(a shallow clone? git fetch --unshallow fetches it)"
+            "(a shallow clone: git fetch --unshallow fetches it)"
         )
         return 0
     refused = [f"{short}: {why}" for short, m in messages if (why := problem(m)) is not None]
@@ -90,13 +94,18 @@ def check_history(start: str, cwd: Path | None = None) -> int:
 
 def main(argv: list[str]) -> int:
     """Check the message file ``argv[0]`` (or, ``--since START``, the history from START): 0
-    when it passes, 1 (and why) when not, 2 for wrong arguments."""
+    when it passes, 1 (and why) when not, 2 for wrong arguments or a file it cannot read."""
     if len(argv) == 2 and argv[0] == "--since":
         return check_history(argv[1])
     if len(argv) != 1 or argv[0].startswith("-"):
         print("usage: commit_msg.py MESSAGE_FILE | commit_msg.py --since START", file=sys.stderr)
         return 2
-    why = problem(Path(argv[0]).read_text(encoding="utf-8"))
+    try:
+        message = Path(argv[0]).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        print(f"commit_msg.py: cannot read {argv[0]}: {error}", file=sys.stderr)
+        return 2
+    why = problem(message)
     if why is None:
         return 0
     print(why, file=sys.stderr)

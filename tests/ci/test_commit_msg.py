@@ -122,3 +122,16 @@ def test_wrong_arguments_exit_2_with_the_usage(tmp_path: Path) -> None:
     for argv in ([], ["--since"], ["a", "b"], ["--other", "x"]):
         done = subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True)
         assert done.returncode == 2 and done.stderr.startswith("usage: commit_msg.py")
+
+
+def test_a_start_a_full_clone_does_not_have_is_an_error_not_a_note(tmp_path: Path) -> None:
+    """A mistyped hash in ``.ci/run`` must not turn the check off."""
+    _history(tmp_path / "repo", ["The rule", "Short"])
+    done = _since(tmp_path / "repo", "0123456789abcdef0123456789abcdef01234567")
+    assert done.returncode == 2 and "is no commit of this repository" in done.stderr
+
+
+def test_a_message_file_that_cannot_be_read_exits_2(tmp_path: Path) -> None:
+    missing = tmp_path / "COMMIT_EDITMSG"
+    done = subprocess.run([sys.executable, SCRIPT, str(missing)], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.startswith(f"commit_msg.py: cannot read {missing}")
