@@ -1,6 +1,6 @@
 """``msched diff``: its arguments, split into two sides, each read as a schedule.
 
-Each side is a file (canonical text or JSON, `msched.pictures.diff.parse_schedule`) or a decoder
+Each side is a file (canonical text or JSON, `msched.pictures.text.parse_schedule`) or a decoder
 stack given by stack options (`msched.cli.options`), built and scheduled (`msched.cli.stack`);
 "vs" separates two sides that are not two files (`DIFF_EPILOG`).  What changed between them is
 `msched.pictures.diff.schedule_diff`.  ``msched diff`` parses its own arguments (`msched.cli.main`
@@ -30,7 +30,9 @@ from msched.cli.options import (
 )
 from msched.cli.stack import build_stack
 from msched.errors import UsageError
-from msched.pictures.diff import ParsedSchedule, parse_schedule, parsed, schedule_diff
+from msched.pictures.diff import schedule_diff
+from msched.pictures.parsed import ParsedSchedule
+from msched.pictures.text import parse_schedule, parsed
 
 DIFF_DESCRIPTION = (
     "Compare schedule A with schedule B and print what changed in schedule terms: nodes "

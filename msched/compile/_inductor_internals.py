@@ -629,7 +629,6 @@ __all__ = [
     "AFTER_WAIT_META",
     "INTERFACES",
     "FinalOrder",
-    "InductorInterfaceError",
     "ScheduledNode",
     "after_post_grad_passes",
     "compile_fx",

@@ -214,7 +214,6 @@ __all__ = [
     "check_split_ops_occur",
     "find_split_calls",
     "label_piece_inputs",
-    "qualified_op_name",
     "split_call_pieces",
     "split_pieces",
 ]

@@ -36,8 +36,8 @@ from msched._lazy import lazy_graph_module
 from msched._torch_internals import FunctionSchema, OpOverload, OpOverloadPacket, schema_of
 from msched.errors import InvalidArgumentError
 from msched.limits import positive_int
+from msched.models import reference_ops as _reference_ops  # noqa: F401  (defines the ops)
 from msched.models.parallel import Sharding, all_reduce, expert_parallel_moe, shard, sharding
-from msched.models.reference_ops import attention, inplace_slice_copy, moe_experts  # noqa: F401
 
 aten = torch.ops.aten
 

@@ -2,9 +2,8 @@
 
 `schedule_diff` compares two schedules read back from their canonical text or JSON
 (`msched.pictures.text.parse_schedule`, of any text version it reads; `parsed` reads a
-`msched.Schedule` or a scheduled ``GraphModule`` through its canonical text; both are
-importable from here too) and returns the summary lines, empty when they are the same
-schedule::
+`msched.Schedule` or a scheduled ``GraphModule`` through its canonical text) and returns the
+summary lines, empty when they are the same schedule::
 
     + capture_0 on s1 (waits for add_tensor_2 on s0; joined by output)
     nodes 481 → 482, events 76 → 77, waits 100 → 101, makespan 810 → 810
@@ -30,13 +29,10 @@ from torch.fx import Node
 from msched.analysis.nodes import INPUT_OPS
 from msched.pictures.naming import ENTRY
 from msched.pictures.parsed import ParsedSchedule
-from msched.pictures.text import parse_schedule, parsed
+from msched.pictures.text import parse_schedule
 from msched.proof.program import Step
 
 __all__ = [
-    "ParsedSchedule",
-    "parse_schedule",
-    "parsed",
     "same_schedule",
     "schedule_diff",
     "snapshot_summary",

@@ -18,7 +18,12 @@ first (a layer imports only layers below it):
 - ``models`` (the reference decoders and their ops: only the top layer, ``ops``, ``errors``,
   ``limits``, ``runtime`` and the private ``_torch_internals`` / ``_lazy``; not even
   ``analysis``, so that every layer may build models);
-- the top layer: ``ops``, ``errors``, ``limits``, ``runtime`` import no subpackage.
+- the top layer: ``ops``, ``errors``, ``limits``, ``runtime`` import no subpackage, and
+  neither do the private top modules ``_torch_internals``, ``_lazy``, ``_version``.
+
+Only ``cli`` and ``testing`` import the package itself (``import msched``, ``from msched
+import schedule``: it runs everything, so below them it is an upward import by another name).
+The plugin imports no part of the command (``msched.cli``).
 
 The plugin's modules are layered too (`PLUGIN_LAYERS`, top first: the hooks; the fixtures and
 assertion helpers; the session; the snapshot extension; the reading context; parametrization;
@@ -61,6 +66,12 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 }
 # The top layer: modules that import no subpackage of msched at all.
 TOP_LAYER = ("ops", "errors", "limits", "runtime")
+# The private modules at the top (torch's private interfaces, lazy code generation, the
+# version): the same rule as the top layer.
+PRIVATE_TOP = ("_torch_internals", "_lazy", "_version")
+# The layers that may import the package itself (``import msched``, ``from msched import x``:
+# it runs everything): the top, the command and the testing helpers.
+FACADE_USERS = ("cli", "testing")
 # Importer -> the only modules of msched it may import (besides its own package).
 ONLY: dict[str, tuple[str, ...]] = {
     "models": (*TOP_LAYER, "_torch_internals", "_lazy"),
@@ -161,17 +172,25 @@ def _module_of(name: str, imports: ImportMap) -> str | None:
 
 
 def layer_violations(imports: ImportMap, package: str) -> list[str]:
-    """One line per import that breaks `FORBIDDEN`, `TOP_LAYER`, `ONLY` or `NOWHERE`."""
+    """One line per import that breaks `FORBIDDEN`, `TOP_LAYER`, `PRIVATE_TOP`, `ONLY`,
+    `NOWHERE` or `FACADE_USERS`."""
     subpackages = _subpackages(imports, package)
     problems = []
     for module, found in sorted(imports.items()):
         forbidden = _forbidden_for(module, package, subpackages)
         allowed = _only_for(module, package)
+        facade = module != package and not any(
+            _within(module, f"{package}.{user}") for user in FACADE_USERS
+        )
         for line, name, _ in found:
-            if any(_within(name, t) and not _within(module, t) for t in forbidden) or (
-                allowed is not None
-                and _within(name, package)
-                and not any(_within(name, a) for a in allowed)
+            if (
+                any(_within(name, t) and not _within(module, t) for t in forbidden)
+                or (
+                    allowed is not None
+                    and _within(name, package)
+                    and not any(_within(name, a) for a in allowed)
+                )
+                or (facade and _module_of(name, imports) == package)
             ):
                 problems.append(f"{module} imports {name} (line {line})")
     return problems
@@ -189,7 +208,7 @@ def _forbidden_for(module: str, package: str, subpackages: Sequence[str]) -> lis
     for importer, targets in FORBIDDEN.items():
         if _within(module, f"{package}.{importer}"):
             found += [f"{package}.{t}" for t in targets]
-    if any(module == f"{package}.{top}" for top in TOP_LAYER):
+    if any(module == f"{package}.{top}" for top in (*TOP_LAYER, *PRIVATE_TOP)):
         found += [f"{package}.{sub}" for sub in subpackages]
     return found
 
@@ -360,10 +379,23 @@ def layout_violations(root: Path, package: str) -> list[str]:
     )
 
 
+def command_imports(imports: ImportMap, library: str = "msched") -> list[str]:
+    """One line per import of the library's command (``msched.cli``) by the plugin: the
+    command is the top of the library, which nothing below it imports."""
+    command = f"{library}.cli"
+    return [
+        f"{module} imports {name} (line {line})"
+        for module, found in sorted(imports.items())
+        for line, name, _ in found
+        if _within(name, command)
+    ]
+
+
 def plugin_layout_violations(root: Path, package: str) -> list[str]:
     imports = import_map(root, package)
     return (
         ranked_violations(imports, package, PLUGIN_LAYERS)
+        + command_imports(imports)
         + cycle_violations(imports, package)
         + name_violations(find_modules(root, package))
         + long_modules(find_modules(root, package))
@@ -451,6 +483,10 @@ LAYER_CASES = [
     *(("pkg.models.decoders", f"pkg.{t}.x") for t in ("analysis", "proof", "testing")),
     ("pkg.models.decoders", "pkg.cli"),
     ("pkg.models.decoders", "pkg"),  # the package runs everything
+    ("pkg.analysis.dag", "pkg.Schedule"),  # a name of the package (not of pkg.scheduling)
+    ("pkg.pictures.x", "pkg"),
+    ("pkg.ops", "pkg.Backend"),
+    *((f"pkg.{private}", "pkg.compile.compiler") for private in PRIVATE_TOP),
     ("pkg.testing.checks", "pkg.cli.main"),
     ("pkg.pictures.demo", "pkg.cli.stack.Progress"),
     ("pkg.proof.actions", "pytest"),
@@ -474,6 +510,8 @@ ALLOWED_CASES = [
     ("pkg.cli", ["pkg.testing.checks", "pkg.compile.x", "pkg.models"]),
     ("pkg.cli.diff", ["pkg.cli.stack", "pkg.cli.options.Parser", "pkg.pictures.x"]),
     ("pkg.ops", ["pkg.runtime", "pkg._torch_internals", "torch"]),
+    ("pkg.testing.checks", ["pkg.Schedule", "pkg"]),
+    ("pkg.cli.stack", ["pkg.Schedule"]),
 ]
 
 
@@ -616,3 +654,11 @@ def test_a_module_over_the_line_limit_fails(tmp_path: Path) -> None:
         "pkg.long has 651 lines, more than 650",
         "pkg.short is not over 650 lines: remove it from LONG_FOR_NOW",
     ]
+
+
+def test_the_plugin_may_not_import_the_command() -> None:
+    imports = {"pytest_msched._options": [Import(3, "msched.cli.stack.build_stack", False)]}
+    assert command_imports(imports) == [
+        "pytest_msched._options imports msched.cli.stack.build_stack (line 3)"
+    ]
+    assert command_imports({"pytest_msched._options": [Import(1, "msched.verify", False)]}) == []

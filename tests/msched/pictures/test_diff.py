@@ -10,14 +10,8 @@ from torch.fx import GraphModule
 import msched
 from msched import pictures
 from msched.models.decoders import decoder_stack
-from msched.pictures.diff import (
-    parse_schedule,
-    parsed,
-    same_schedule,
-    schedule_diff,
-    snapshot_summary,
-)
-from msched.pictures.text import header_lines
+from msched.pictures.diff import same_schedule, schedule_diff, snapshot_summary
+from msched.pictures.text import header_lines, parse_schedule, parsed
 from msched.pictures.view import view_of
 from msched.proof.interpreter import interpret
 

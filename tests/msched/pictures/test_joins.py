@@ -19,8 +19,9 @@ from torch.fx import GraphModule, Node
 
 import msched
 from msched import pictures
-from msched.pictures.diff import parse_schedule, same_schedule, schedule_diff
+from msched.pictures.diff import same_schedule, schedule_diff
 from msched.pictures.explain import explain_lines
+from msched.pictures.text import parse_schedule
 from msched.pictures.view import stream_joins, view_of
 from msched.proof import actions
 from msched.proof.dialects import Dialect
