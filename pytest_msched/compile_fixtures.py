@@ -30,7 +30,7 @@ def traced_decoder(
     and ``.reference_output`` / ``.reference_capture`` the eager one.  Results are shared by
     every test of the session that asks for the same arguments (`MschedSession` keeps them):
     treat them as read-only.
-    Compiling resets dynamo (`msched.backend.compile_and_run`).
+    Compiling resets dynamo (`msched.compile.compiler.compile_and_run`).
     """
     session = MschedSession.of(request.config)
 

@@ -9,9 +9,11 @@ loadable is a `msched.UsageError` that says what went wrong and what is accepted
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,11 +90,26 @@ def _exported_module(program: Any) -> GraphModule:
     return module
 
 
+@contextlib.contextmanager
+def _quiet_export_log() -> Iterator[None]:
+    """``torch.export.load`` logs a file it cannot read as a warning with its traceback,
+    then fails; the one-line error msched raises says it, so the warning is held back."""
+    log = logging.getLogger("torch.export")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def _graph_from_file(path: Path) -> GraphModule:
     """A GraphModule from ``torch.export.save`` (``.pt2``) or ``torch.save`` (a pickle)."""
     try:
         if path.suffix == ".pt2":
-            return _exported_module(torch.export.load(path))
+            with _quiet_export_log():
+                program = torch.export.load(path)
+            return _exported_module(program)
         value = torch.load(path, weights_only=False)
     except Exception as error:
         raise UsageError(f"--graph {path}: cannot load it: {one_line(error)}; "

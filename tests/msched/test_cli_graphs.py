@@ -12,6 +12,7 @@ import torch
 
 import msched
 import msched.models.reference_ops  # noqa: F401  (msched::inplace_slice_copy)
+from msched.cli import main
 
 from .test_cli import run
 
@@ -192,3 +193,14 @@ def test_graph_and_stack_options_do_not_mix(
     assert code == 2 and "--graph schedules your graph: --layers, --moe describe a stack" in err
     code, _, err = run(["svg", "--as-is"], capsys)
     assert code == 2 and "--as-is draws your graph as it is: give it with --graph" in err
+
+
+def test_an_unreadable_pt2_file_is_one_line_without_torchs_traceback(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "garbage.pt2").write_bytes(b"not a zip file")
+    code = main(["schedule", "--graph", str(tmp_path / "garbage.pt2")])
+    out, err = capfd.readouterr()
+    assert code == 2 and out == ""
+    assert err.startswith("msched schedule: error: --graph ") and "cannot load it" in err
+    assert len(err.splitlines()) == 1, err
