@@ -12,6 +12,7 @@ argument named as in `GROUP_ARGUMENTS` (else one unknown group) and hold their i
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from msched._torch_internals import (
@@ -117,19 +118,18 @@ def _group_argument(target: Any) -> tuple[int, str] | None:
     return None
 
 
-#: target -> its `communication_entry`: every node of every graph is asked for one, several
-#: times per `msched.verify`, and the answer depends on the target alone.
-_ENTRIES: dict[Any, Entry | None] = {}
+@functools.lru_cache(maxsize=4096)
+def _cached_entry(target: Any) -> Entry | None:
+    return _communication_entry(target)
 
 
 def communication_entry(target: Any) -> Entry | None:
     """``(label, group argument, holds_input, asynchronous)`` of a communication op of torch
-    (see `Entry`), else ``None``."""
+    (see `Entry`), else ``None``.  Every node of every graph asks, several times per
+    `msched.verify`, and the answer depends on the target alone: kept per target (a bounded
+    cache, since a graph's targets may be callables made per graph)."""
     try:
-        return _ENTRIES[target]
-    except KeyError:
-        entry = _ENTRIES[target] = _communication_entry(target)
-        return entry
+        return _cached_entry(target)
     except TypeError:  # an unhashable callable
         return _communication_entry(target)
 
