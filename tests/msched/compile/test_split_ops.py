@@ -176,12 +176,11 @@ def test_fx_splits_the_reproducer_at_attention_for_every_spelling(spelling: Any)
 
 
 @pytest.fixture(scope="module")
-def inductor_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """One Inductor cache for the spellings below: their pieces are the same code, so only
-    the first compiles them cold (the others are verified cache hits)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor-cache")))
-        yield
+def inductor_cache(run_inductor_cache: Any) -> Any:
+    """One Inductor cache for the spellings below, shared by the run's workers: their pieces
+    are the same code, so only the first compiles them cold (the others are verified cache
+    hits)."""
+    yield
 
 
 @pytest.mark.slow
