@@ -74,6 +74,7 @@ def _and(numbers: Sequence[int]) -> str:
 def build_parser() -> Parser:
     """The ``msched`` argument parser, with one subparser per command."""
     parser = Parser(prog="msched", description="Multi-stream scheduling of torch.fx graphs.")
+    parser.add_argument("--version", action="version", version=f"msched {msched.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = sub.add_parser(
         "demo",

@@ -166,6 +166,13 @@ def test_bad_arguments_exit_2_with_one_line(
     assert len(err.splitlines()) == 1 and "error: " in err
 
 
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == f"msched {msched.__version__}\n"
+
+
 @pytest.mark.parametrize("command", ["demo", "schedule", "explain", "diff"])
 def test_help_for_each_subcommand(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run([command, "--help"], capsys)
