@@ -121,7 +121,7 @@ class ProgramBuilder:
 
     def finish(self, head: Summary[str], where: str) -> ParsedSchedule:
         """The schedule of the steps so far; ``where`` names it when it has no output."""
-        program, reads = self._program(where)
+        program, reads = self._program(head.num_streams, where)
         clocks = clocks_of(program)
         names = event_names(program, clocks)
         by_record_name = {name: record.node for record, name in names.records.items()}
@@ -141,13 +141,20 @@ class ProgramBuilder:
             reads=reads,
         )
 
-    def _program(self, where: str) -> tuple[StreamProgram, dict[Node, tuple[Node, ...]]]:
+    def _program(
+        self, num_streams: int, where: str
+    ) -> tuple[StreamProgram, dict[Node, tuple[Node, ...]]]:
         if self.output is None:
             raise InvalidArgumentError(f"{where}: no output line")
-        highest = max((s.stream for s in self.steps), default=0)
+        highest = 0
         for step in self.steps:
-            if step.to_stream is not None:
-                highest = max(highest, step.to_stream)
+            for stream in (step.stream, step.to_stream):
+                if stream is not None and not 0 <= stream < num_streams:
+                    raise InvalidArgumentError(
+                        f"{where}: {self.name_of[step.node]} names stream {stream}, but the "
+                        f"header declares {num_streams} streams (0 to {num_streams - 1})"
+                    )
+                highest = max(highest, stream or 0)
         stream_of = {s.node: s.stream for s in self.steps}
         program = StreamProgram(tuple(self.steps), stream_of, highest + 1, self.output)
         reads = {

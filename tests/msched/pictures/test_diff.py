@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -211,6 +212,19 @@ def test_a_snapshot_summary_is_short_and_never_raises(sched: msched.Schedule) ->
 def test_what_is_not_a_schedule_is_an_error_naming_the_line(text: str, message: str) -> None:
     with pytest.raises(msched.InvalidArgumentError, match=message):
         parse_schedule(text, "t.txt")
+
+
+def test_a_stream_beyond_the_header_is_an_error_naming_the_node(sched: msched.Schedule) -> None:
+    """A file whose nodes use more streams than its header declares is no schedule: read
+    as one, diff would compare a program of streams the file says it does not have."""
+    fewer = pictures.render_text(sched).replace("# streams 3,", "# streams 2,", 1)
+    doc = json.loads(pictures.render_json(sched))
+    doc["streams"] = 2
+    for text, name in ((fewer, "t.txt"), (json.dumps(doc), "t.json")):
+        with pytest.raises(msched.InvalidArgumentError) as refused:
+            parse_schedule(text, name)
+        assert str(refused.value).startswith(f"{name}: ")
+        assert "names stream 2, but the header declares 2 streams (0 to 1)" in str(refused.value)
 
 
 def test_the_parsed_program_is_the_program_of_the_text(sched: msched.Schedule) -> None:
