@@ -61,14 +61,21 @@ def layer_count(text: str) -> int:
 
 
 def stream_count(text: str) -> int:
-    """``--streams``: an int in ``1..MAX_STREAMS``."""
-    return _integer(text, check_num_streams)
+    """``--streams``: an int in ``1..MAX_STREAMS`` (the error says so in the option's words,
+    not in those of `msched.limits.check_num_streams`'s parameter)."""
+    try:
+        return check_num_streams(int(text))
+    except (ValueError, InvalidArgumentError):
+        raise argparse.ArgumentTypeError(
+            f"expected a stream count from 1 to {MAX_STREAMS}, got {text!r}"
+        ) from None
 
 
 def layer_list(text: str) -> tuple[int, ...]:
-    """``--captures``: comma-separated layer numbers, each 0 or more."""
+    """``--captures``: comma-separated layer numbers, each 0 or more (an empty text: none)."""
+    parts = text.split(",") if text.strip() else []
     try:
-        layers = tuple(int(p) for p in text.split(",") if p.strip())
+        layers = tuple(int(p) for p in parts)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated layer numbers such as 1,5,11, got {text!r}"
@@ -130,9 +137,10 @@ def stack_options(given: dict[str, Any], base: StackOptions = DEFAULT_STACK) -> 
     stack = replace(base, **given)
     beyond, repeated = capture_layer_problems(stack.layers, stack.captures)
     if beyond:
+        *head, last = map(str, beyond)
+        listed = f"s {', '.join(head)} and {last} are" if head else f" {last} is"
         raise UsageError(
-            f"capture layer {', '.join(map(str, beyond))} is beyond the stack: "
-            f"layers are 0..{stack.layers - 1}"
+            f"capture layer{listed} beyond the stack: layers are 0..{stack.layers - 1}"
         )
     if repeated:
         raise UsageError(f"capture layers repeat: {layer_text(stack.captures)}")

@@ -166,6 +166,25 @@ def test_bad_arguments_exit_2_with_one_line(
     assert len(err.splitlines()) == 1 and "error: " in err
 
 
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--streams", "0"], "argument --streams: expected a stream count from 1 to 64, got '0'"),
+        (["--captures", ",0"], "expected comma-separated layer numbers such as 1,5,11"),
+        (["--captures", "1,,3"], "expected comma-separated layer numbers such as 1,5,11"),
+        (["--layers", "4", "--captures", "3,5"], "capture layer 5 is beyond the stack"),
+        (["--layers", "4", "--captures", "5,9,11"], "capture layers 5, 9 and 11 are beyond"),
+    ],
+)
+def test_each_bad_stack_option_is_said_in_the_options_words(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(["schedule", *argv], capsys)
+    assert (code, out) == (2, "")
+    assert err.startswith("msched schedule: error: ") and said in err
+    assert "num_streams" not in err and len(err.splitlines()) == 1
+
+
 def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         cli.main(["--version"])
@@ -208,7 +227,10 @@ def test_explain_a_wait_names_the_node_it_is_issued_for(
 def test_streams_above_the_bound_say_the_bound(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(["schedule", "--streams", "4096"], capsys)
     assert (code, out) == (2, "")
-    assert err.startswith("msched schedule: error: argument --streams: num_streams must be <= 64")
+    assert err == (
+        "msched schedule: error: argument --streams: expected a stream count from 1 to 64, "
+        "got '4096'\n"
+    )
     assert "Traceback" not in err
 
 
