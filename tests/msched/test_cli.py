@@ -185,6 +185,14 @@ def test_each_bad_stack_option_is_said_in_the_options_words(
     assert "num_streams" not in err and len(err.splitlines()) == 1
 
 
+def test_python_dash_m_runs_the_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "msched.cli", "--version"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (0, f"msched {msched.__version__}\n"), done.stderr
+
+
 def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         cli.main(["--version"])
