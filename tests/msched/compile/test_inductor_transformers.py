@@ -31,8 +31,12 @@ pytest.importorskip("transformers")
 
 from tests.msched.compile import transformers_models as models  # noqa: E402
 
-# Builds whose graph Dynamo breaks (transformers' own Python) keep one piece per graph.
-pytestmark = pytest.mark.filterwarnings("ignore::msched.errors.SplitOpNotFoundWarning")
+pytestmark = [
+    # Builds whose graph Dynamo breaks (transformers' own Python) keep one piece per graph.
+    pytest.mark.filterwarnings("ignore::msched.errors.SplitOpNotFoundWarning"),
+    # ``-m "not slow or real_models"``: the default tier and these builds in one run.
+    pytest.mark.real_models,
+]
 
 #: (streams, piecewise) of the two builds of every model.
 BUILDS = {"whole": (3, False), "piecewise": (2, True)}
