@@ -28,7 +28,14 @@ from typing import TextIO
 import msched
 from msched.analysis.nodes import node_named
 from msched.cli.diff import DIFF_DESCRIPTION, cmd_diff
-from msched.cli.options import Parser, StackOptions, add_stack_args, given_options, stack_options
+from msched.cli.options import (
+    Parser,
+    StackOptions,
+    add_stack_args,
+    given_options,
+    listed,
+    stack_options,
+)
 from msched.cli.stack import Progress, Scheduled, build_stack, named_cost_model
 from msched.errors import (
     InvalidArgumentError,
@@ -65,12 +72,6 @@ _RENDERERS = {
 }
 
 
-def _and(numbers: Sequence[int]) -> str:
-    """``1, 5 and 11``."""
-    *head, last = map(str, numbers)
-    return f"{', '.join(head)} and {last}" if head else last
-
-
 def build_parser() -> Parser:
     """The ``msched`` argument parser, with one subparser per command."""
     parser = Parser(prog="msched", description="Multi-stream scheduling of torch.fx graphs.")
@@ -78,10 +79,10 @@ def build_parser() -> Parser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = sub.add_parser(
         "demo",
-        help=f"schedule the reference {DEMO_LAYERS}-layer MoE stack on {_and(DEMO_STREAMS)} "
+        help=f"schedule the reference {DEMO_LAYERS}-layer MoE stack on {listed(DEMO_STREAMS)} "
         "streams",
         description=f"Schedule a {DEMO_LAYERS}-layer MoE decoder stack with Eagle3 captures at "
-        f"layers {_and(DEMO_CAPTURES)} on {_and(DEMO_STREAMS)} streams, verify each schedule "
+        f"layers {listed(DEMO_CAPTURES)} on {listed(DEMO_STREAMS)} streams, verify each schedule "
         "and show where the captures run.",
     )
     demo.add_argument(

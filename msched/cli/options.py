@@ -85,6 +85,12 @@ def layer_list(text: str) -> tuple[int, ...]:
     return layers
 
 
+def listed(numbers: Sequence[int]) -> str:
+    """``1, 5 and 11``."""
+    *head, last = map(str, numbers)
+    return f"{', '.join(head)} and {last}" if head else last
+
+
 def layer_text(layers: Sequence[int]) -> str:
     """``1,5,11``: layers as ``--captures`` takes them."""
     return ",".join(map(str, layers))
@@ -137,10 +143,10 @@ def stack_options(given: dict[str, Any], base: StackOptions = DEFAULT_STACK) -> 
     stack = replace(base, **given)
     beyond, repeated = capture_layer_problems(stack.layers, stack.captures)
     if beyond:
-        *head, last = map(str, beyond)
-        listed = f"s {', '.join(head)} and {last} are" if head else f" {last} is"
+        layers = "layers" if len(beyond) > 1 else "layer"
         raise UsageError(
-            f"capture layer{listed} beyond the stack: layers are 0..{stack.layers - 1}"
+            f"capture {layers} {listed(beyond)} {'are' if len(beyond) > 1 else 'is'} beyond "
+            f"the stack: layers are 0..{stack.layers - 1}"
         )
     if repeated:
         raise UsageError(f"capture layers repeat: {layer_text(stack.captures)}")

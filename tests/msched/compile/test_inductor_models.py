@@ -30,8 +30,14 @@ from msched.compile.kernel_order import kernel_names
 
 HIDDEN, TOKENS, MAX_LEN = 16, 4, 8
 
-# The KV-cache decoder calls no split op: piecewise, it is one piece (and says so).
-pytestmark = pytest.mark.filterwarnings("ignore::msched.errors.SplitOpNotFoundWarning")
+pytestmark = [
+    # The KV-cache decoder calls no split op: piecewise, it is one piece (and says so).
+    pytest.mark.filterwarnings("ignore::msched.errors.SplitOpNotFoundWarning"),
+    # Every compile here is a cold one, so msched's pass runs and its order is read (no two
+    # cases compile one graph with one configuration); the kernels they share are compiled
+    # once per run, not once per worker.
+    pytest.mark.usefixtures("run_inductor_cache"),
+]
 
 
 class KVCacheLayer(nn.Module):
@@ -320,14 +326,6 @@ def _eager_and_compiled(name, num_streams, piecewise):
             got = compiled(*mine)
             runs.append(((want, _tensors(eager, inputs)), (got, _tensors(twin, mine))))
     return b, runs, TOLERANCE.get(name, {})
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fresh_inductor_cache(run_inductor_cache):
-    """Every compile here is a cold one, so msched's pass runs and its order is read (no two
-    cases compile one graph with one configuration); the kernels they share are compiled
-    once per run, not once per worker."""
-    yield
 
 
 CASES = [

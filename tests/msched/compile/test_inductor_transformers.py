@@ -36,6 +36,10 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::msched.errors.SplitOpNotFoundWarning"),
     # ``-m "not slow or real_models"``: the default tier and these builds in one run.
     pytest.mark.real_models,
+    # Every compile here runs msched's pass (nothing comes from an earlier run's cache; no
+    # two builds here compile one graph with one configuration), and the kernels the builds
+    # share (the families have layers alike) are compiled once per run, not once per worker.
+    pytest.mark.usefixtures("run_inductor_cache"),
 ]
 
 #: (streams, piecewise) of the two builds of every model.
@@ -44,14 +48,6 @@ BUILDS = {"whole": (3, False), "piecewise": (2, True)}
 #: on torch 2.13 and a few on 2.14, where each build costs as much again).
 ONLY = [n for n in os.environ.get("MSCHED_REAL_MODELS", "").split(",") if n]
 NAMES = tuple(n for n in models.NAMES if not ONLY or n in ONLY)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fresh_inductor_cache(run_inductor_cache):
-    """Every compile here runs msched's pass (nothing comes from an earlier run's cache; no
-    two builds here compile one graph with one configuration), and the kernels the builds
-    share (the families have layers alike) are compiled once per run, not once per worker."""
-    yield
 
 
 def _clone(values):

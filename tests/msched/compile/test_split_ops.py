@@ -175,18 +175,12 @@ def test_fx_splits_the_reproducer_at_attention_for_every_spelling(spelling: Any)
         torch.testing.assert_close(compiled(x), model(x))
 
 
-@pytest.fixture(scope="module")
-def inductor_cache(run_inductor_cache: Any) -> Any:
-    """One Inductor cache for the spellings below, shared by the run's workers: their pieces
-    are the same code, so only the first compiles them cold (the others are verified cache
-    hits)."""
-    yield
-
-
+# One Inductor cache per run for these (shared by the workers): the spellings' pieces are the
+# same code, so only the first compiles them cold (the others are verified cache hits).
 @pytest.mark.slow
 @pytest.mark.parametrize("spelling", list(SPELLINGS.values()), ids=list(SPELLINGS))
 def test_inductor_splits_the_reproducer_at_attention_for_every_spelling(
-    inductor_cache: Any, spelling: Any
+    run_inductor_cache: Any, spelling: Any
 ) -> None:
     model, x = Attn().eval(), _input()
     b, compiled = compile_and_run(model, (x,), _backend(spelling, "inductor"))
@@ -269,7 +263,7 @@ def test_backend_graphs_records_every_graph_under_fx() -> None:
 
 
 @pytest.mark.slow
-def test_backend_graphs_records_every_graph_under_inductor(inductor_cache: Any) -> None:
+def test_backend_graphs_records_every_graph_under_inductor(run_inductor_cache: Any) -> None:
     assert _graphs_after_calls("inductor") == [1, 1, 2]
 
 
@@ -326,7 +320,7 @@ def _llama() -> tuple[nn.Module, torch.Tensor]:
 @pytest.mark.slow
 @pytest.mark.parametrize("compiler", ["fx", "inductor"])
 def test_a_transformers_llama_splits_at_its_attention_by_default(
-    inductor_cache: Any, compiler: str
+    run_inductor_cache: Any, compiler: str
 ) -> None:
     model, ids = _llama()
     b, compiled = compile_and_run(model, (ids,), _backend(None, compiler))
