@@ -22,6 +22,7 @@ import importlib
 import operator
 import re
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,11 +34,51 @@ from torch.fx import Graph, Node
 from msched.errors import TorchInternalsError, UntestedVersionWarning
 
 #: The torch releases msched is tested with: at least the first, below the second.
-TORCH_TESTED = ((2, 13), (2, 15))
+TORCH_TESTED = ((2, 13), (2, 16))
+
+
+#: Every private torch interface this module reads, as (module, attribute path): the rows
+#: `msched versions` checks for presence (`msched.compile.interfaces`).  Its behaviour is
+#: tested in ``tests/msched/test_torch_internals.py``.
+TORCH_INTERFACES: tuple[tuple[str, str], ...] = (
+    ("torch._ops", "OpOverload"),
+    ("torch._ops", "OpOverloadPacket"),
+    ("torch._ops", "HigherOrderOperator"),
+    ("torch._C", "_dispatch_get_all_op_names"),
+    ("torch._library.utils", "is_impure"),
+    ("torch._library.utils", "is_tensorlist_like_type"),
+    ("torch.fx.node", "_side_effectful_functions"),
+    ("torch.fx._lazy_graph_module", "_LazyGraphModule"),
+    ("torch.fx.graph", "_PyTreeCodeGen"),
+    ("torch.fx.graph", "_register_custom_builtin"),
+    ("torch.fx.graph", "CodeGen._gen_python_code"),
+    ("torch.utils._pytree", "tree_map"),
+    ("torch.utils._pytree", "tree_flatten"),
+    ("torch._C", "TensorBase.untyped_storage"),
+    ("torch._C", "_len_torch_dispatch_stack"),
+    ("torch._C", "_is_torch_function_mode_enabled"),
+    ("torch._C._autograd", "_profiler_enabled"),
+    ("torch._C", "_are_functorch_transforms_active"),
+    ("torch._dynamo.backends.common", "aot_autograd"),
+    ("torch._functorch.aot_autograd", "aot_module_simplified"),
+    ("torch._dynamo.exc", "BackendCompilerFailed"),
+    ("torch._subclasses.fake_tensor", "FakeTensorMode"),
+    ("torch._subclasses.fake_tensor", "FakeTensor"),
+    ("torch._dynamo.graph_bytecode_inputs", "index_to_external_object_weakref"),
+    ("torch._dynamo.graph_bytecode_inputs", "reset_user_object_tracking"),
+    ("torch._dynamo.graph_bytecode_inputs", "register_user_object"),
+    ("torch._dynamo.variables.streams", "SymbolicStreamState"),
+    ("torch._dynamo.source", "CurrentStreamSource"),
+    ("torch._dynamo.variables.lazy", "LazyVariableTracker"),
+    ("torch._dynamo.utils", "get_current_stream"),
+    ("torch._dynamo.guards", "get_current_stream"),
+    ("torch._dispatch.python", "enable_python_dispatcher"),
+    ("torch.utils._python_dispatch", "TorchDispatchMode"),
+)
 
 
 def tested_range() -> str:
-    """``torch>=2.13,<2.15``: the requirement ``pyproject.toml`` states."""
+    """``torch>=2.13,<2.16``: the requirement ``pyproject.toml`` states."""
     low, high = (".".join(map(str, v)) for v in TORCH_TESTED)
     return f"torch>={low},<{high}"
 
@@ -236,11 +277,46 @@ _TABLE = "torch._dynamo.graph_bytecode_inputs"
 _TRACING = "msched.trace_streams"
 
 
+def _external_object_refs(user: str) -> dict[int, Any] | list[Any]:
+    """Dynamo's table of weak references to external objects: a dict (index -> reference) in
+    torch 2.13 and 2.14, a list in 2.15 (``get_external_object_by_index`` reads it); anything
+    else is a torch msched does not know, said as such."""
+    refs = require(_TABLE, "index_to_external_object_weakref", user)
+    if not isinstance(refs, (dict, list)):
+        raise TorchInternalsError(
+            f"torch {torch.__version__}'s {_TABLE}.index_to_external_object_weakref is a "
+            f"{type(refs).__name__}, where msched ({user}) reads a dict (torch 2.13, 2.14) "
+            f"or a list (2.15) (msched is tested with {tested_range()})"
+        )
+    return refs
+
+
 def dynamo_external_objects() -> dict[int, Any]:
     """Dynamo's table of external objects (streams, events) as it is while a graph compiles:
     the indices the ``torch.ops.streams`` ops of the graph take."""
-    refs = require(_TABLE, "index_to_external_object_weakref", _TRACING)
-    return {i: ref() for i, ref in refs.items()}
+    refs = _external_object_refs(_TRACING)
+    pairs = refs.items() if isinstance(refs, dict) else enumerate(refs)
+    return {i: ref() for i, ref in pairs}
+
+
+class _Unused:
+    """What a list table holds below an index msched writes (never read: no op names it)."""
+
+
+_UNUSED = _Unused()
+
+
+def set_dynamo_external_objects(objects: dict[int, Any]) -> None:
+    """Write ``objects`` (index -> stream or event) into Dynamo's table, as weak references:
+    the caller keeps them alive.  A list table (torch 2.15) is first padded up to the highest
+    index with a placeholder no op reads; entries Dynamo registered stay as they are."""
+    refs = _external_object_refs("msched.compile.native_streams")
+    if isinstance(refs, list) and objects:
+        end = max(objects) + 1
+        if len(refs) < end:
+            refs.extend([weakref.ref(_UNUSED)] * (end - len(refs)))
+    for index, value in objects.items():
+        refs[index] = weakref.ref(value)
 
 
 @contextlib.contextmanager

@@ -37,6 +37,7 @@ from msched.cli.options import (
     stack_options,
 )
 from msched.cli.stack import Progress, Scheduled, build_stack, named_cost_model
+from msched.compile.interfaces import report as interface_report
 from msched.errors import (
     InvalidArgumentError,
     MschedError,
@@ -120,6 +121,17 @@ def build_parser() -> Parser:
     )
     add_stack_args(explain)
     explain.add_argument("node", metavar="NODE", help="node name, for example capture_11")
+    versions = sub.add_parser(
+        "versions",
+        help="which private torch interfaces msched reads answer as expected in this torch",
+        description="Check every private torch and Inductor interface msched reads, in the "
+        "installed torch, and run a probe of each group (trace_streams at each stage, an "
+        "Inductor build on 2 streams): what changed, the file to change and its tests. "
+        "Exit status 1 when one has changed.",
+    )
+    versions.add_argument(
+        "--no-probes", action="store_true", help="presence only: no trace, no compile (fast)"
+    )
     sub.add_parser(
         "diff",
         help="what changed between two schedules (files or stacks), in schedule terms",
@@ -250,7 +262,19 @@ def cmd_explain(args: argparse.Namespace, stdout: TextIO) -> int:
     return 0
 
 
-_COMMANDS = {"demo": cmd_demo, "schedule": cmd_schedule, "explain": cmd_explain, "svg": cmd_svg}
+def cmd_versions(args: argparse.Namespace, stdout: TextIO) -> int:
+    text, ok = interface_report(probes=not args.no_probes)
+    stdout.write(text)
+    return 0 if ok else 1
+
+
+_COMMANDS = {
+    "demo": cmd_demo,
+    "schedule": cmd_schedule,
+    "explain": cmd_explain,
+    "svg": cmd_svg,
+    "versions": cmd_versions,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

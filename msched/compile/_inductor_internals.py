@@ -3,11 +3,11 @@
 Why one module: Inductor's scheduler, wrapper code generator and stream table are not public
 and change between releases.  Each name used here is listed in `INTERFACES` and checked by
 `check_interfaces`, which ``tests/msched/compile/test_inductor_internals.py`` runs on every
-torch version CI tests (2.13 and 2.14): a change fails that test naming the interface and
+torch version CI tests (2.13 and 2.15): a change fails that test naming the interface and
 the torch version, and `require_interfaces` raises `InductorInterfaceError` the same way
 before msched touches Inductor.
 
-What msched reads and where (torch 2.13 / 2.14):
+What msched reads and where (torch 2.13, 2.14, 2.15):
 
 1. The final kernel order: ``Scheduler.codegen`` runs on ``Scheduler.nodes`` after fusion
    and every reordering pass; msched wraps it and reads each node's buffers, reads,
@@ -120,10 +120,14 @@ _INSTANCE_ATTRIBUTES = frozenset(
 @functools.cache
 def missing_interfaces() -> tuple[str, ...]:
     """The entries of `INTERFACES` this torch lacks, as ``module.attribute`` strings."""
-    return tuple(f"{module}.{path}" for module, path in INTERFACES if not _has(module, path))
+    return tuple(
+        f"{module}.{path}" for module, path in INTERFACES if not attribute_exists(module, path)
+    )
 
 
-def _has(module_name: str, path: str) -> bool:
+def attribute_exists(module_name: str, path: str) -> bool:
+    """Whether ``module_name`` imports and has the attribute ``path`` (dotted; an instance
+    attribute of `_INSTANCE_ATTRIBUTES` is looked for in its class's source)."""
     try:
         value: Any = importlib.import_module(module_name)
     except ImportError:
@@ -154,7 +158,8 @@ def require_interfaces() -> None:
         raise InductorInterfaceError(
             f"msched's Inductor support needs private TorchInductor interfaces that torch "
             f"{torch.__version__} does not have: {', '.join(missing)}; msched is tested with "
-            "torch 2.13 and 2.14 (see msched/compile/_inductor_internals.py)"
+            "torch 2.13 to 2.15 (see msched/compile/_inductor_internals.py; `msched versions` "
+            "reports every interface)"
         )
 
 
@@ -562,13 +567,6 @@ def recording_loaded_modules() -> Iterator[list[Any]]:
         setattr(PyCodeCache, "load_by_key_path", original)  # noqa: B010
 
 
-def external_object_table() -> dict[int, Any]:
-    """Dynamo's table of external objects (index -> weak reference), which stream ops read."""
-    from torch._dynamo import graph_bytecode_inputs
-
-    return graph_bytecode_inputs.index_to_external_object_weakref
-
-
 def stream_op_named(name: str) -> Any:
     """The ``torch.ops.streams`` overload ``name`` (``"wait_event.default"``); importing
     Dynamo's stream module registers them."""
@@ -631,10 +629,10 @@ __all__ = [
     "FinalOrder",
     "ScheduledNode",
     "after_post_grad_passes",
+    "attribute_exists",
     "compile_fx",
     "compile_fx_uncached",
     "custom_graph_pass_base",
-    "external_object_table",
     "faking",
     "inductor_cache_dir",
     "let_cpu_tensors_record_streams",

@@ -24,20 +24,22 @@ caller's current stream; CPU: stand-ins whose record and wait do nothing, and a
 from __future__ import annotations
 
 import operator
-import weakref
 from typing import Any
 
 import torch
 from torch.fx import GraphModule, Node
 
 from msched import ops as mops
+from msched._torch_internals import set_dynamo_external_objects
 from msched.analysis.effects import compute_effects
 from msched.compile._inductor_internals import AFTER_WAIT_META
 
 #: Table index of msched's stream 0 (the caller's current stream), of stream s >= 1, and of
-#: event e: far from Dynamo's 0, 1, ... so user stream code and msched never collide.
-CALLER = 1_000_000
-EVENT_BASE = 2_000_000
+#: event e: far from Dynamo's 0, 1, ... (one per stream or event a traced frame names), so
+#: user stream code and msched never collide; and near enough for torch 2.15, whose table
+#: is a list that msched pads up to the highest index it writes.
+CALLER = 1_000
+EVENT_BASE = 2_000
 
 
 def stream_index(stream: int) -> int:
@@ -295,13 +297,9 @@ class NativeStreams:
         process and every build uses the same indices: a caller keeps the table as installed
         until its code has run (`msched.compile.inductor_backend.CompiledPiece` holds a lock
         from here to the return of the code)."""
-        from msched.compile._inductor_internals import external_object_table
-
-        table = external_object_table()
-        for s in range(num_streams):
-            table[stream_index(s)] = weakref.ref(self.stream(s))
-        for e in range(num_events):
-            table[event_index(e)] = weakref.ref(self.event(e))
+        objects: dict[int, Any] = {stream_index(s): self.stream(s) for s in range(num_streams)}
+        objects.update((event_index(e), self.event(e)) for e in range(num_events))
+        set_dynamo_external_objects(objects)
 
 
 __all__ = [

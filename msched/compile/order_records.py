@@ -124,7 +124,7 @@ def load_order(code: str, directory: Path | None = None) -> FinalOrder | None:
 
 
 # A stream context (``with stream1:``, ``with default_stream:``) or a stream-op call
-# (``torch.ops.streams.wait_event.default(2000000, 1000001)``) in Inductor's output code.
+# (``torch.ops.streams.wait_event.default(2000, 1001)``) in Inductor's output code.
 _CODE_STREAM_LINE = re.compile(
     r"^\s*with (?:stream(\d+)|(default_stream)):\s*$"
     r"|\btorch\.ops\.(streams\.\w+\.\w+)\(([^()]*)\)",

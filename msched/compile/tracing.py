@@ -28,7 +28,12 @@ import torch
 from torch.fx import GraphModule
 
 from msched._torch_internals import aot_autograd, dynamo_current_stream, dynamo_external_objects
-from msched.errors import InvalidArgumentError, MschedError
+from msched.errors import (
+    InductorInterfaceError,
+    InvalidArgumentError,
+    MschedError,
+    TorchInternalsError,
+)
 from msched.proof.dialects import mark_made
 from msched.proof.torch_streams import CALLER_META
 
@@ -185,9 +190,12 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
 
 
-def _untraced(fn: Callable[..., Any], error: Exception) -> InvalidArgumentError:
+def _untraced(fn: Callable[..., Any], error: Exception) -> MschedError:
     """The error `trace_streams` raises when no graph was kept: Dynamo could not trace ``fn``
     in one graph, or (``stage="inductor"``) Inductor failed on the graph it traced."""
+    changed = _interface_error(error)
+    if changed is not None:  # a torch interface msched reads changed: not fn's fault
+        return changed
     inner = getattr(error, "inner_exception", None)
     if not isinstance(inner, _InductorFailed):
         return InvalidArgumentError(_why_not(fn, error))
@@ -196,6 +204,19 @@ def _untraced(fn: Callable[..., Any], error: Exception) -> InvalidArgumentError:
         f"Inductor (torch {torch.__version__}) failed to compile the graph traced from {name} "
         f'({inner}); the graph itself traced: verify it with stage="aot" or stage="dynamo"'
     )
+
+
+def _interface_error(error: BaseException) -> MschedError | None:
+    """The `TorchInternalsError` or `InductorInterfaceError` behind ``error`` (Dynamo wraps
+    what a backend raised in ``inner_exception``, what its own tracing raised as a cause)."""
+    seen: set[int] = set()
+    found: BaseException | None = error
+    while found is not None and id(found) not in seen:
+        if isinstance(found, (TorchInternalsError, InductorInterfaceError)):
+            return found
+        seen.add(id(found))
+        found = getattr(found, "inner_exception", None) or found.__cause__ or found.__context__
+    return None
 
 
 def _why_not(fn: Callable[..., Any], error: Exception) -> str:

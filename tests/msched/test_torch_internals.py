@@ -264,24 +264,26 @@ def test_a_missing_interface_raises_naming_it_the_version_and_the_range() -> Non
         ti.require("torch.fx.graph", "_no_such_interface", "msched.scheduling.codegen")
     text = str(raised.value)
     assert f"torch {torch.__version__} has no torch.fx.graph._no_such_interface" in text
-    assert "msched.scheduling.codegen relies on" in text and "torch>=2.13,<2.15" in text
+    assert "msched.scheduling.codegen relies on" in text and "torch>=2.13,<2.16" in text
     with pytest.raises(msched.TorchInternalsError, match="torch._no_such_module.f"):
         ti.require("torch._no_such_module", "f", "msched")
 
 
-@pytest.mark.parametrize("version", ["2.13.0", "2.13.0+cpu", "2.14.1+cu130", "2.14.9"])
+@pytest.mark.parametrize(
+    "version", ["2.13.0", "2.13.0+cpu", "2.14.1+cu130", "2.15.0", "2.15.0a0+git1234", "2.15.9"]
+)
 def test_a_tested_torch_does_not_warn(version: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ti.warn_if_untested(version)
 
 
-@pytest.mark.parametrize("version", ["2.12.1", "2.15.0", "2.15.0a0+git1234", "3.0.0"])
+@pytest.mark.parametrize("version", ["2.12.1", "2.16.0", "2.16.0a0+git1234", "3.0.0"])
 def test_an_untested_torch_warns_naming_it_and_the_tested_range(version: str) -> None:
     with pytest.warns(msched.UntestedVersionWarning) as record:
         ti.warn_if_untested(version)
     assert f"torch {version} is installed" in str(record[0].message)
-    assert "tested with torch>=2.13,<2.15" in str(record[0].message)
+    assert "tested with torch>=2.13,<2.16" in str(record[0].message)
 
 
 def test_importing_msched_with_an_untested_torch_warns() -> None:
@@ -293,7 +295,7 @@ def test_importing_msched_with_an_untested_torch_warns() -> None:
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode != 0
-    assert "UntestedVersionWarning: msched is tested with torch>=2.13,<2.15" in run.stderr
+    assert "UntestedVersionWarning: msched is tested with torch>=2.13,<2.16" in run.stderr
     assert "torch 2.16.0 is installed" in run.stderr
 
 

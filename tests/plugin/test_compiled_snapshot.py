@@ -5,9 +5,9 @@ msched's stream ops, in the order the output code runs them, on their lanes) in 
 text format, like the snapshot of an FX schedule.  Inductor fuses differently from one torch
 release to the next (2.14 fuses two kernels 2.13 runs apart, and numbers its nodes and
 buffers after them), so renaming cannot make one text fit both: each tested torch has its own
-snapshot (``[torch2.13]``, ``[torch2.14]``), and the other one is skipped, which keeps its
-file.  Within one torch the text is the same on every run, compiled or served from the cache,
-first in its process or after other compiles.
+snapshot (``[torch2.13]``, ``[torch2.14]``, ``[torch2.15]``), and the others are skipped,
+which keeps their file.  Within one torch the text is the same on every run, compiled or
+served from the cache, first in its process or after other compiles.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from msched.models.decoders import TinyDecoder
 from pytest_msched import ScheduledGraphExtension
 
 RUNNING = ".".join(torch.__version__.split(".")[:2])
-SNAPSHOTTED = ("2.13", "2.14")  # the torch releases CI tests (docs/versions.md)
+SNAPSHOTTED = ("2.13", "2.14", "2.15")  # the tested torch releases (docs/versions.md)
 
 
 @pytest.fixture(autouse=True)

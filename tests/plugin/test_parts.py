@@ -91,15 +91,15 @@ def _kernel_order() -> torch.fx.GraphModule:
 
     from msched.compile._inductor_internals import FinalOrder, ScheduledNode
     from msched.compile.kernel_order import kernel_order_program
-    from msched.compile.native_streams import CALLER
+    from msched.compile.native_streams import CALLER, EVENT_BASE
 
     streams = torch.ops.streams
     nodes = (
         ScheduledNode("op0", "kernel", CALLER + 1, ("buf0",), ("x",), (), ("sin",)),
         ScheduledNode("op1", "stream", CALLER + 1, (), (), (), (), streams.record_event.default,
-                      (2000000, CALLER + 1)),
+                      (EVENT_BASE, CALLER + 1)),
         ScheduledNode("op2", "stream", None, (), (), (), (), streams.wait_event.default,
-                      (2000000, CALLER)),
+                      (EVENT_BASE, CALLER)),
         ScheduledNode("op3", "kernel", None, ("buf1",), ("buf0",), (), ("cos",)),
     )  # fmt: skip
     return kernel_order_program(FinalOrder(nodes, ("x",), ("buf1",)), (CALLER,))

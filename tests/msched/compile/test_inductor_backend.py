@@ -23,11 +23,12 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 import msched
 import msched.compile.pieces
+from msched._torch_internals import dynamo_external_objects
 from msched.compile import _inductor_internals as internals
 from msched.compile import inductor_backend, order_records
 from msched.compile.compiler import MschedBackend
 from msched.compile.kernel_order import kernel_names
-from msched.compile.native_streams import NativeStreams, stream_index
+from msched.compile.native_streams import CALLER, NativeStreams, stream_index
 from msched.models.decoders import TinyDecoder
 
 TOKENS, HIDDEN = 4, 16
@@ -223,7 +224,6 @@ def test_pieces_called_from_two_threads_each_run_with_their_own_streams() -> Non
     """A call writes its streams into Dynamo's process-wide table, then runs its code: a
     call from another thread in between wrote its own, and the first piece's code ran on
     the other piece's streams."""
-    table = internals.external_object_table()
     inside, b_installed = threading.Event(), threading.Event()
     seen: dict[str, object] = {}
 
@@ -235,10 +235,10 @@ def test_pieces_called_from_two_threads_each_run_with_their_own_streams() -> Non
     def code_a(*args):
         inside.set()
         b_installed.wait(timeout=1.0)  # B installs now, unless A's call holds the table
-        seen["a"] = table[stream_index(1)]()
+        seen["a"] = dynamo_external_objects()[stream_index(1)]
 
     def code_b(*args):
-        seen["b"] = table[stream_index(1)]()
+        seen["b"] = dynamo_external_objects()[stream_index(1)]
 
     cpu = torch.device("cpu")
     streams_a, streams_b = NativeStreams(cpu), Announcing(cpu)
@@ -265,12 +265,12 @@ def test_a_piece_can_call_another_piece_from_its_code() -> None:
 
 
 def test_a_cached_piece_installs_the_events_its_stream_ops_name_only() -> None:
-    """A size or stride of seven digits starting with 2 is no event index: counted as one,
-    a piece with a (2, 2100000) input installed 100001 events before every call."""
+    """A size or stride in the code is no event index: counted as one, a piece with a
+    (2, 2100) input installed 101 events before every call."""
     code = (
-        "assert_size_stride(arg0_1, (2, 2100000), (2100000, 1))\n"
-        "torch.ops.streams.record_event.default(2000001, 1000000)\n"
-        "torch.ops.streams.wait_event.default(2000001, 1000001)\n"
+        "assert_size_stride(arg0_1, (2, 2100), (2100, 1))\n"
+        "torch.ops.streams.record_event.default(2001, 1000)\n"
+        "torch.ops.streams.wait_event.default(2001, 1001)\n"
     )
     assert inductor_backend._events_in(code, None) == 2
 
@@ -469,7 +469,7 @@ def _consumer_before_its_wait(nodes):
     """A record that fits its code's stream ops and streams, with the first kernel that reads
     another stream's buffer moved in front of the wait that orders the read (the wait, on the
     kernel's stream, for the first event recorded after the buffer was made): a race."""
-    caller = 1_000_000  # table index of the caller's stream (a kernel's stream None)
+    caller = CALLER  # table index of the caller's stream (a kernel's stream None)
     made_at = {b: i for i, n in enumerate(nodes) for b in n["outputs"]}
     stream_of = {i: n["stream"] or caller for i, n in enumerate(nodes)}
     for i, node in enumerate(nodes):

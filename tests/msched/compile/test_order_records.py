@@ -31,7 +31,7 @@ def call(args):
     with stream1:
         cpp_fused_sin_0(buf0, x)
     with default_stream:
-        torch.ops.streams.wait_event.default(2000000, 0)
+        torch.ops.streams.wait_event.default(2000, 0)
         torch.ops.streams.record_stream.default(buf0, 1000001)
     extern_kernels.mm(buf0, x, out=buf2)
 """
@@ -41,7 +41,7 @@ RECORD_STREAM = torch.ops.streams.record_stream.default
 def _order(code: str = CODE) -> FinalOrder:
     nodes = (
         ScheduledNode("op0", "kernel", 1, ("buf0",), ("x",), (), ("sin",)),
-        ScheduledNode("op1", "stream", None, (), (), (), (), WAIT, (2000000, 0)),
+        ScheduledNode("op1", "stream", None, (), (), (), (), WAIT, (2000, 0)),
         ScheduledNode("op3", "stream", None, (), ("buf0",), (), (), RECORD_STREAM, (1000001,)),
         ScheduledNode("op2", "extern", None, ("buf2",), ("buf0",), (("buf2", "x"),), ("mm",)),
     )

@@ -323,9 +323,10 @@ def test_a_report_names_the_pytorch_table_index_of_each_stream() -> None:
     assert "where stream 1 = PyTorch stream table index 1" in str(report)
 
 
-# The AOT graph of the same code differs between the tested torch releases (2.13, 2.14): 2.14
-# also wraps the first wait of the side stream in ``control_deps`` (ordered after the record
-# it waits for), where 2.13 leaves it bare.  The torch dialect reads both; verify agrees.
+# The AOT graph of the same code differs between the tested torch releases (2.13, 2.14, 2.15):
+# 2.14 and 2.15 also wrap the first wait of the side stream in ``control_deps`` (ordered after
+# the record it waits for), where 2.13 leaves it bare.  The torch dialect reads both; verify
+# agrees.
 AOT_OPS_OF_JOINED_WITH_EVENTS = {
     (2, 13): [
         "streams::record_event", "streams::wait_event", "aten::relu", "aten::mul",
@@ -336,6 +337,7 @@ AOT_OPS_OF_JOINED_WITH_EVENTS = {
         "control_deps", "getitem", "control_deps", "getitem", "aten::add",
     ],
 }  # fmt: skip
+AOT_OPS_OF_JOINED_WITH_EVENTS[(2, 15)] = AOT_OPS_OF_JOINED_WITH_EVENTS[(2, 14)]
 
 
 def test_after_aot_torch_2_14_also_wraps_the_first_wait_and_both_are_race_free() -> None:

@@ -378,6 +378,10 @@ def test_boolean_mask_indexing_is_capture_sync_and_integer_indexing_is_not(stage
     (sampling and MoE code): every one verified capture-safe before."""
     gm = msched.trace_streams(bool_mask_indexing, torch.randn(4), torch.randn(4), stage=stage)
     found = faults(msched.verify(gm, cuda_graph=True))
-    assert [k for k, _ in found] == ["capture-sync"] * 3, found
+    # torch 2.15's AOT autograd writes ``y[mask] = v`` as ``masked_fill``, which reads no
+    # position on the host: then only ``x[mask]`` and ``where`` synchronize.
+    masked_fill = any(n.target is torch.ops.aten.masked_fill.Scalar for n in gm.graph.nodes)
+    expected = 2 if stage == "aot" and masked_fill else 3
+    assert [k for k, _ in found] == ["capture-sync"] * expected, found
     fine = msched.trace_streams(integer_indexing, torch.randn(4), torch.randn(4), stage=stage)
     assert msched.verify(fine, cuda_graph=True).ok
