@@ -4,12 +4,14 @@ relies on it.  Also: the tested range, the warning outside it, the error for a m
 
 from __future__ import annotations
 
+import collections
 import inspect
 import math
 import subprocess
 import sys
 import tomllib
 import warnings
+import weakref
 from pathlib import Path
 
 import pytest
@@ -303,3 +305,66 @@ def test_pyproject_requires_exactly_the_tested_torch() -> None:
     pyproject = Path(__file__).parents[2] / "pyproject.toml"
     dependencies = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
     assert [d for d in dependencies if d.startswith("torch")] == [ti.tested_range()]
+
+
+# Dynamo's table of external objects: a dict in torch 2.13 and 2.14, a list in 2.15 ------------
+
+
+def _side_stream(x: torch.Tensor) -> torch.Tensor:
+    side = torch.Stream(device="cpu")
+    with side:
+        return x.relu()
+
+
+@pytest.mark.parametrize("shape", [dict, list])
+def test_msched_writes_and_reads_the_stream_table_in_either_shape(monkeypatch, shape) -> None:
+    """torch 2.15 made the table a list: msched wrote index 1000000 of it (IndexError) and
+    read it with ``.items()`` (AttributeError).  Both shapes, whatever torch runs here."""
+    from torch._dynamo import graph_bytecode_inputs as table_module
+
+    mine, dynamos = torch.Stream(device="cpu"), torch.Stream(device="cpu")
+    table = shape({0: weakref.ref(dynamos)}) if shape is dict else [weakref.ref(dynamos)]
+    monkeypatch.setattr(table_module, "index_to_external_object_weakref", table)
+    ti.set_dynamo_external_objects({1001: mine})
+    read = ti.dynamo_external_objects()
+    assert read[0] is dynamos and read[1001] is mine
+    if shape is list:
+        assert len(table) == 1002  # padded with a placeholder no op reads
+
+
+def test_a_stream_table_of_another_shape_is_a_torch_internals_error(monkeypatch) -> None:
+    from torch._dynamo import graph_bytecode_inputs as table_module
+
+    monkeypatch.setattr(table_module, "index_to_external_object_weakref", ())
+    with pytest.raises(msched.TorchInternalsError) as raised:
+        ti.set_dynamo_external_objects({1000: torch.Stream(device="cpu")})
+    text = str(raised.value)
+    assert "index_to_external_object_weakref is a tuple" in text
+    assert f"torch {torch.__version__}" in text and "torch>=2.13,<2.16" in text
+
+
+def test_trace_streams_lets_a_changed_interface_through_not_blaming_the_user(monkeypatch) -> None:
+    """On torch 2.15 the table's new type surfaced as "cannot trace <your function> in one
+    graph: AttributeError": the user's code was blamed for a torch change.  Here the table is
+    a ``UserDict`` (torch 2.13, 2.14) or ``UserList`` (2.15): Dynamo still registers streams
+    in it, msched cannot read it."""
+    from torch._dynamo import graph_bytecode_inputs as table_module
+
+    shape = type(table_module.index_to_external_object_weakref)
+    changed = collections.UserDict() if shape is dict else collections.UserList()
+    monkeypatch.setattr(table_module, "index_to_external_object_weakref", changed)
+    with pytest.raises(msched.TorchInternalsError) as raised:
+        msched.trace_streams(_side_stream, torch.randn(4))
+    text = str(raised.value)
+    assert f"index_to_external_object_weakref is a {type(changed).__name__}" in text
+    assert "msched.trace_streams" in text and "_side_stream" not in text
+
+
+def test_every_listed_torch_interface_is_present() -> None:
+    from msched.compile._inductor_internals import INTERFACES
+    from msched.compile.interfaces import check_interfaces
+
+    rows = check_interfaces(probes=False)
+    assert len(rows) == len(ti.TORCH_INTERFACES) + len(INTERFACES)
+    missing = ", ".join(r.name for r in rows if not r.ok)
+    assert not missing, changed(missing, "msched (`msched versions` says which file)")
