@@ -12,13 +12,12 @@ How:
 1. ``fn``, its arguments and the settings are pickled in the parent, so a lambda or a local
    function fails at once with `msched.InvalidArgumentError` instead of in ``world_size``
    children, and before any process starts.
-2. On the first call (and the first after a failure) a free port on 127.0.0.1 is taken by
-   binding a socket to port 0, and ``world_size`` processes are started in the ``spawn``
-   context (never ``fork``: torch's threads do not survive it).  Each joins ``gloo`` at
-   ``tcp://127.0.0.1:<port>`` (gloo's own sockets on the loopback interface unless
-   ``GLOO_SOCKET_IFNAME`` says otherwise) and reports that it is ready.  When rank 0 finds
-   the port taken (another process bound it in between), the start is tried once more on a
-   new port.
+2. On the first call (and the first after a failure) ``world_size`` processes are started in
+   the ``spawn`` context (never ``fork``: torch's threads do not survive it).  Each joins
+   ``gloo`` through a file store in a new temporary folder only the user can read (no TCP
+   store: one listens on every interface of the machine), with gloo's own sockets on the
+   loopback interface unless ``GLOO_SOCKET_IFNAME`` says otherwise, and reports that it is
+   ready.  The folder is removed when the ranks are stopped.
 3. Each call sends every rank, over its own pipe, the pickled ``fn`` and the parent's
    environment variables, working directory and ``sys.path`` at the time of the call.  The
    rank takes them over (as a process started then would have them), resets the process-wide
@@ -46,9 +45,11 @@ import datetime
 import math
 import os
 import pickle
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -82,8 +83,6 @@ _WHY_MAX_WORLD_SIZE = (
 #: True in a rank's process: a function running on a rank cannot start ranks of its own (a
 #: rank is a daemon process, and those may not have children).
 _IN_RANK = False
-_HOST = "127.0.0.1"
-_PORT_TAKEN = ("EADDRINUSE", "Address already in use")
 _LOOPBACK_NAMES = ("lo", "lo0")
 #: gloo's own limit on a collective; the parent's timeout stops a hung call long before.
 _GROUP_TIMEOUT = datetime.timedelta(hours=6)
@@ -161,8 +160,9 @@ class RankPool:
         self._owner = os.getpid()
         self._processes: list[BaseProcess] = []  # mutated in place: the finalizer holds it
         self._connections: list[Connection] = []
+        self._folders: list[str] = []  # the rendezvous folder of the running ranks
         self._finalizer = weakref.finalize(
-            self, _kill, self._processes, self._connections, self._owner
+            self, _kill, self._processes, self._connections, self._owner, self._folders
         )
 
     @property
@@ -243,26 +243,25 @@ class RankPool:
         return False
 
     def _kill(self) -> None:
-        _kill(self._processes, self._connections, self._owner)
+        _kill(self._processes, self._connections, self._owner, self._folders)
 
     def _start(self, deadline: float | None) -> None:
-        for attempt in (1, 2):
-            try:
-                self._spawn()
-                if deadline is None:
-                    deadline = time.monotonic() + self._start_timeout
-                self._collect(deadline, self._start_timeout, starting=True)
-                return
-            except RankFailedError as error:
-                self._kill()
-                if attempt == 2 or not _port_was_taken(error):
-                    raise
+        try:
+            self._spawn()
+            if deadline is None:
+                deadline = time.monotonic() + self._start_timeout
+            self._collect(deadline, self._start_timeout, starting=True)
+        except RankFailedError:
+            self._kill()
+            raise
 
     def _spawn(self) -> None:
         import multiprocessing
 
         context = multiprocessing.get_context("spawn")
-        init_method = f"tcp://{_HOST}:{_free_port()}"
+        folder = tempfile.mkdtemp(prefix="msched-ranks-")  # mode 0700: the user's only
+        self._folders.append(folder)
+        init_method = "file://" + os.path.join(folder, "rendezvous")
         for rank in range(self._world_size):
             parent_end, child_end = context.Pipe(duplex=True)
             process = context.Process(
@@ -351,11 +350,6 @@ class RankPools:
             pool.close()
 
 
-def _port_was_taken(error: RankFailedError) -> bool:
-    """Whether rank 0 failed to bind the port chosen for the run (taken since it was free)."""
-    return error.rank == 0 and any(marker in error.child_traceback for marker in _PORT_TAKEN)
-
-
 def _check_world_size(world_size: object) -> int:
     return positive_int(world_size, "world_size", MAX_WORLD_SIZE, _WHY_MAX_WORLD_SIZE)
 
@@ -406,12 +400,6 @@ class _Reply:
     retire: bool = False
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((_HOST, 0))
-        return int(sock.getsockname()[1])
-
-
 def _raise_died(rank: int, process: BaseProcess) -> NoReturn:
     process.join(timeout=1.0)
     raise RankFailedError(
@@ -447,9 +435,12 @@ def _stop(processes: list[BaseProcess], grace: float) -> None:
             process.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
-def _kill(processes: list[BaseProcess], connections: list[Connection], owner: int) -> None:
-    """Kill and reap every process still running, close the pipes, empty both lists (in
-    the ``owner`` process only: the ranks are not the children of any other)."""
+def _kill(
+    processes: list[BaseProcess], connections: list[Connection], owner: int, folders: list[str]
+) -> None:
+    """Kill and reap every process still running, close the pipes, remove the rendezvous
+    folders, empty the lists (in the ``owner`` process only: the ranks are not the children of
+    any other)."""
     if os.getpid() != owner:
         return
     for process in processes:
@@ -460,8 +451,11 @@ def _kill(processes: list[BaseProcess], connections: list[Connection], owner: in
             process.join(timeout=5)
     for connection in connections:
         connection.close()
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
     processes.clear()
     connections.clear()
+    folders.clear()
 
 
 # --- the rank's side ------------------------------------------------------------------------

@@ -272,3 +272,42 @@ def test_calling_ranks_from_a_rank_is_refused_clearly(msched_ranks: RunOnRanks) 
     first = str(raised.value).splitlines()[0]
     assert "InvalidArgumentError" in first and "nested ranks are not supported" in first
     assert "daemonic" not in raised.value.child_traceback
+
+
+def _listening_addresses(pid: int) -> set[str]:
+    """The local addresses (hex, as /proc/net/tcp* writes them) of the TCP sockets process
+    ``pid`` has open in the LISTEN state."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        target = os.readlink(fd) if fd.is_symlink() else ""
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    found = set()
+    for table in ("tcp", "tcp6"):
+        lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        for fields in (line.split() for line in lines):
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                found.add(fields[1].split(":")[0])
+    return found
+
+
+def _met(rank: int, world_size: int) -> int:
+    dist.barrier()
+    return rank
+
+
+_LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1 and ::1
+
+
+@pytest.mark.skipif(not Path("/proc/self/net/tcp").exists(), reason="reads Linux's /proc")
+def test_no_socket_of_a_pool_listens_beyond_loopback_and_its_folder_goes() -> None:
+    """The ranks met at a TCP store (``tcp://127.0.0.1:<port>``), whose server listened on
+    every interface of the machine while the tests ran: anyone on the network could reach it."""
+    with RankPool(world_size=2) as pool:
+        assert pool.run(_met) == [0, 1]
+        (folder,) = pool._folders
+        assert os.stat(folder).st_mode & 0o077 == 0  # the user's only
+        for pid in (os.getpid(), *pool.pids):
+            addresses = _listening_addresses(pid)
+            assert addresses <= _LOOPBACK, (pid, addresses)
+    assert not Path(folder).exists()
