@@ -17,11 +17,14 @@ from torch.fx import GraphModule, Node
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import msched
+from msched.proof.dialects import Dialect
 from msched.proof.memory import MIB, block_bytes, peak_memory, segment_bytes
 
-from ..scheduled import Scheduled, aten
+from ..scheduled import Scheduled, aten, define_stream_ops
 
 FC = torch.ops._c10d_functional
+ENGINE = "msched_test_memory"  # another engine's four stream ops
+_lib = define_stream_ops(ENGINE)
 BIG = (2048, 2048)  # 16 MiB of float32
 
 
@@ -71,14 +74,15 @@ def test_two_branches_on_two_streams_hold_two_pools() -> None:
     ]  # fmt: skip
 
 
-def cross_stream(record: bool) -> GraphModule:
+def cross_stream(record: bool, dialect: Dialect | None = None) -> GraphModule:
     """``a`` made on stream 0 and last read by ``b`` on stream 1.
 
     ``record``: ``record_stream(a, 1)``, ``a`` freed after ``b`` (host order), then ``c``,
     ``d = -c`` and ``out = b + d`` on stream 0.  Otherwise stream 0 keeps ``a`` alive until
-    it has waited for ``b`` (``c = a + b``), then ``out = -c``.
+    it has waited for ``b`` (``c = a + b``), then ``out = -c``.  ``dialect``: the stream ops
+    of another engine.
     """
-    s = Scheduled()
+    s = Scheduled(dialect)
     x = sized(s.input("x"), *BIG)
     s.record(0)
     a = big(s, "a", aten.neg.default, x)
@@ -110,6 +114,12 @@ def test_a_block_recorded_on_another_stream_returns_when_that_use_has_ended() ->
     assert figures(cross_stream(record=True)) == (48, 48, 64)
     assert report.per_stream == {0: 32 * MIB, 1: 16 * MIB}
     assert report.per_stream_bound == {0: 48 * MIB, 1: 16 * MIB}
+
+
+def test_another_engines_stream_ops_give_the_same_figures() -> None:
+    gm = cross_stream(record=True, dialect=Dialect.from_namespace(ENGINE))
+    assert peak_memory(gm, dialect=ENGINE).per_stream_bound == {0: 48 * MIB, 1: 16 * MIB}
+    assert figures(gm) == (48, 48, 64)  # the dialect detected from the ops
 
 
 def test_a_recorded_block_the_device_still_uses_stays_out_of_its_pool() -> None:
