@@ -54,7 +54,9 @@ used elsewhere) ``reserved == reserved_bound``.  Not modeled: fragmentation insi
 segments (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``), CUDA-graph private pools,
 the caller's blocks and segments from before the graph.
 
-Cost: linear in the graph (one interpretation, one timeline, two walks with a heap).
+Cost: linear in the graph (one interpretation, one timeline, two walks with a heap).  The
+walks take plain maps (the host order, the blocks, each node's start, end and stream), so a
+scheduler can price a candidate schedule with its own times before it emits anything.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ from msched.proof.dialects import Dialect
 from msched.proof.interpreter import interpret
 from msched.proof.program import StreamProgram
 from msched.proof.record_streams import scheduled_effects
-from msched.proof.timeline import Timeline, timeline_of
+from msched.proof.timeline import timeline_of
 
 __all__ = ["MemoryPoint", "MemoryReport", "block_bytes", "peak_memory", "segment_bytes"]
 
@@ -196,7 +198,7 @@ def peak_memory(
     blocks = _blocks(order, fresh, values, effects, program, evaluate)
     baseline = _baseline(inputs, values, effects, evaluate)
     evaluate.check_given()
-    walk = _Walk(order, blocks, timeline)
+    walk = _Walk(order, blocks, timeline.start, timeline.end, timeline.stream)
     allocated, live_curve = walk.allocated()
     reserved, per_stream, held_curve = walk.pools(returns=True)
     bound, per_stream_bound, _ = walk.pools(returns=False)
@@ -390,17 +392,27 @@ class _Pool:
 
 
 class _Walk:
-    """The walks over the host order of one graph's blocks."""
+    """The walks over the host order of one graph's blocks.
 
-    def __init__(self, order: list[Node], blocks: list[_Block], timeline: Timeline) -> None:
+    Times come in as plain maps (each compute node's start, end and stream), not as a
+    `Timeline`, so that a scheduler can price a candidate schedule with its own times."""
+
+    def __init__(
+        self,
+        order: list[Node],
+        blocks: list[_Block],
+        start: Mapping[Node, float],
+        end: Mapping[Node, float],
+        stream: Mapping[Node, int],
+    ) -> None:
         self.order = order
-        self.timeline = timeline
+        self.start = start
         self.alloc_at: dict[int, list[_Block]] = {}
         self.free_at: dict[int, list[_Block]] = {}
         for b in blocks:
             self.alloc_at.setdefault(b.alloc, []).append(b)
             self.free_at.setdefault(b.free, []).append(b)
-        self.ready = self._ready_times(blocks)
+        self.ready = self._ready_times(blocks, end, stream)
 
     def allocated(self) -> tuple[int, list[int]]:
         """The peak of live bytes, and the live bytes right after each step allocated."""
@@ -419,7 +431,7 @@ class _Walk:
         pools: dict[int, _Pool] = {}
         pending: dict[int, list[tuple[float, int, _Block]]] = {}
         pushed = 0  # ties in the heaps are broken by the order of the frees
-        start = self.timeline.start
+        start = self.start
         total = 0
         curve = []
         for i in range(len(self.order)):
@@ -442,16 +454,17 @@ class _Walk:
         per_stream = {s: pools[s].segments for s in sorted(pools)}
         return total, per_stream, curve
 
-    def _ready_times(self, blocks: list[_Block]) -> dict[int, float]:
+    def _ready_times(
+        self, blocks: list[_Block], end: Mapping[Node, float], stream: Mapping[Node, int]
+    ) -> dict[int, float]:
         """When each recorded block's uses on other streams have ended: the end of the last
         node each recording stream issued before the free (the allocator's event)."""
         ends: dict[int, tuple[list[int], list[float]]] = {}
-        timeline = self.timeline
         for i, node in enumerate(self.order):
-            if node in timeline.end:
-                positions, times = ends.setdefault(timeline.stream[node], ([], []))
+            if node in end:
+                positions, times = ends.setdefault(stream[node], ([], []))
                 positions.append(i)
-                times.append(max(timeline.end[node], times[-1] if times else 0.0))
+                times.append(max(end[node], times[-1] if times else 0.0))
         ready = {}
         for b in blocks:
             if b.recorded:
