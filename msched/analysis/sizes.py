@@ -76,7 +76,8 @@ def node_values(
 
 
 def _attribute_known(node: Node, module: torch.nn.Module | None) -> bool:
-    return node.op == "get_attr" and isinstance(_attribute(node, module), torch.Tensor)
+    """A ``get_attr`` of the module: a tensor (its own size) or anything else (none)."""
+    return node.op == "get_attr" and _attribute(node, module) is not None
 
 
 def _attribute(node: Node, module: torch.nn.Module | None) -> Any:

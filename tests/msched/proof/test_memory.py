@@ -122,6 +122,30 @@ def test_another_engines_stream_ops_give_the_same_figures() -> None:
     assert figures(gm) == (48, 48, 64)  # the dialect detected from the ops
 
 
+SIDE = torch.Stream(device="cpu")
+
+
+def side_branch(x: torch.Tensor) -> torch.Tensor:
+    """PyTorch's own stream code: ``y = relu(x) * 2`` on a side stream, ``y + 1`` on the
+    caller's after it has waited for the side stream."""
+    caller = torch.accelerator.current_stream()
+    SIDE.wait_stream(caller)
+    with SIDE:
+        y = x.relu() * 2
+    caller.wait_stream(SIDE)
+    return y + 1
+
+
+@pytest.mark.parametrize("stage", ["dynamo", "aot"])
+def test_pytorchs_own_streams_are_read_as_traced(stage: str) -> None:
+    # relu 16 on the side stream; y 32, then relu is freed: 16; y + 1 on the caller's 32.
+    # The side pool holds relu + y = 32, the caller's y + 1 = 16; nothing is recorded.
+    gm = msched.trace_streams(side_branch, torch.zeros(BIG), stage=stage)
+    report = peak_memory(gm)
+    assert figures(gm) == (32, 48, 48)
+    assert sorted(report.per_stream.values()) == [16 * MIB, 32 * MIB]
+
+
 def test_a_recorded_block_the_device_still_uses_stays_out_of_its_pool() -> None:
     class SlowB(msched.DefaultCostModel):
         def cost(self, node: Node) -> float:
