@@ -45,6 +45,7 @@ from msched.limits import MAX_STREAMS
 from msched.models.decoders import DecoderStack
 from msched.proof.dialects import Dialect
 from msched.proof.executor import Execution, execute
+from msched.proof.memory import MemoryReport, peak_memory
 from msched.proof.timeline import Timeline, simulate
 from msched.proof.verifier import Report, Violation, verify
 from msched.scheduling.exact import OptimalMakespan, optimal_makespan
@@ -65,6 +66,7 @@ __all__ = [
     "InductorInterfaceError",
     "InvalidArgumentError",
     "InvalidGraphError",
+    "MemoryReport",
     "MissingDependencyError",
     "MschedBackend",
     "MschedError",
@@ -96,6 +98,7 @@ __all__ = [
     "execute",
     "ops",
     "optimal_makespan",
+    "peak_memory",
     "read_schedule",
     "register_collective",
     "register_mutation",

@@ -23,7 +23,7 @@ import operator
 import re
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -360,6 +360,21 @@ def dynamo_current_stream(caller: torch.Stream) -> Iterator[None]:
 # What a graph's calls came from and dispatch to (msched.compile.split_ops) ------------------
 
 _SPLIT_OPS = "msched.compile.split_ops"
+
+
+def symbolic_expr(size: Any) -> Any:
+    """The sympy expression of a symbolic size (``SymInt.node.expr``); None for an int."""
+    return getattr(getattr(size, "node", None), "expr", None)
+
+
+def symbol_hints(size: Any) -> Mapping[Any, Any]:
+    """The hint of every symbol of the shape environment of the symbolic size ``size``
+    (``ShapeEnv.backed_var_to_val``, ``var_to_val`` in torch releases before it)."""
+    env = getattr(getattr(size, "node", None), "shape_env", None)
+    hints = getattr(env, "backed_var_to_val", None)
+    if hints is None:
+        hints = getattr(env, "var_to_val", None)
+    return hints if hints is not None else {}
 
 
 def example_value(node: Node) -> Any:

@@ -83,8 +83,13 @@ def simulate(
     graph = graph_of(gm)
     check_cost_model(cost_model)
     check_acyclic(graph)
+    return timeline_of(graph, clocks_of(interpret(graph, dialect)), cost_model)
+
+
+def timeline_of(graph: Graph, clocks: Clocks, cost_model: CostModel | None = None) -> Timeline:
+    """`simulate` over a graph already read (``clocks`` of its program), for the readers
+    that read it anyway (`msched.proof.memory`); the arguments are not checked again."""
     model = cost_model or DefaultCostModel()
-    clocks = clocks_of(interpret(graph, dialect))
     output = clocks.output
     order = [n for n in clocks.predecessors if n is not output]
     cost, comm = split_communication(order, {n: _cost(model, n) for n in order})

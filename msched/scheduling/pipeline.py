@@ -20,6 +20,7 @@ from msched.analysis.nodes import node_named
 from msched.errors import InvalidArgumentError, InvalidGraphError
 from msched.limits import check_flag, check_num_streams
 from msched.proof.dialects import Dialect, mark_made
+from msched.proof.memory import MemoryReport, peak_memory
 from msched.proof.scheduled import read_summary
 from msched.proof.summary import Summarized, Summary
 from msched.scheduling.assign import (
@@ -88,6 +89,21 @@ class Schedule(Summarized[float]):
                 "pass original= to msched.read_schedule"
             )
         return GraphModule(self.gm, self._snapshot.graph(), self.gm.__class__.__name__)
+
+    @cached_property
+    def memory(self) -> MemoryReport:
+        """`msched.peak_memory` of the scheduled module, read from its nodes' fake values
+        (``meta["val"]``, ...) under the default cost model; computed on first use, then kept
+        (the graph is read as it is then).  For a graph without fake values, or under
+        another cost model, call ``msched.peak_memory(sched.gm, example_inputs=...,
+        cost_model=...)``."""
+        try:
+            return peak_memory(self.gm, dialect=self.dialect)
+        except InvalidArgumentError as error:
+            raise InvalidArgumentError(
+                f"Schedule.memory reads sizes from the graph's fake values: {error}; "
+                "call msched.peak_memory(sched.gm, example_inputs=...) instead"
+            ) from error
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import msched
 import msched.testing.strategies as mst
 
 from .faults import copy_module
+from .measured import one_pool_segments
 
 ORDERS = ("late-aux", "early-aux", "random")
 
@@ -188,3 +189,19 @@ def buffer_written_and_read_through_other_get_attrs(gm: GraphModule) -> bool:
 def test_importing_msched_does_not_import_hypothesis() -> None:
     code = "import sys, msched; assert 'hypothesis' not in sys.modules, 'hypothesis imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@given(mst.graphs(), mst.stream_counts())
+def test_peak_memory_of_generated_schedules_is_ordered_and_one_stream_is_one_pool(
+    gm: GraphModule, streams: int
+) -> None:
+    """``allocated <= reserved <= reserved_bound`` on any schedule; on one stream the three
+    are what one pool counts on a real CPU run: ``allocated`` its peak of live blocks,
+    ``reserved`` and ``reserved_bound`` (equal) its segments."""
+    inputs = mst.example_inputs(gm)
+    msched.schedule(gm, streams)
+    report = msched.peak_memory(gm, example_inputs=inputs)
+    assert report.allocated <= report.reserved <= report.reserved_bound
+    if streams == 1:
+        assert one_pool_segments(gm, *inputs) == (report.allocated, report.reserved)
+        assert report.reserved == report.reserved_bound

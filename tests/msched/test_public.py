@@ -110,3 +110,15 @@ def test_verify_takes_cuda_graph_and_the_plugin_exports_assert_capture_safe() ->
     assert parameter.kind is inspect.Parameter.KEYWORD_ONLY and parameter.default is False
     assert "assert_capture_safe" in pytest_msched.__all__
     assert callable(pytest_msched.assert_capture_safe)
+
+
+def test_peak_memory_takes_its_options_by_keyword_and_returns_a_frozen_report() -> None:
+    import dataclasses
+
+    parameters = inspect.signature(msched.peak_memory).parameters
+    options = ("cost_model", "dialect", "example_inputs", "sizes")
+    assert all(parameters[o].kind is inspect.Parameter.KEYWORD_ONLY for o in options)
+    assert typing.get_type_hints(msched.peak_memory)["return"] is msched.MemoryReport
+    assert msched.MemoryReport.__dataclass_params__.frozen
+    assert dataclasses.is_dataclass(msched.MemoryReport)
+    assert typing.get_type_hints(msched.Schedule.memory.func)["return"] is msched.MemoryReport

@@ -182,6 +182,16 @@ def test_aot_autograd_and_the_compile_helpers_are_there() -> None:
         assert (torch.ones(2, 3) @ torch.empty(3, 4)).shape == (2, 4)
 
 
+def test_a_symbolic_size_has_an_expression_and_its_shape_env_hints() -> None:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(lambda x: x + 1, tracing_mode="symbolic")(torch.zeros(5, 7))
+    rows, cols = next(iter(gm.graph.nodes)).meta["val"].shape
+    hints = ti.symbol_hints(rows)
+    assert {hints[ti.symbolic_expr(rows)], hints[ti.symbolic_expr(cols)]} == {5, 7}
+    assert ti.symbolic_expr(3) is None and ti.symbol_hints(3) == {}
+
+
 def _attention(q: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.scaled_dot_product_attention(q, q, q).softmax(-1)
 

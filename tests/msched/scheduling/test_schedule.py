@@ -404,3 +404,20 @@ def test_a_record_right_before_a_switch_is_in_that_switch() -> None:
         after = nodes[nodes.index(record) + 1]
         assert after.target is not msched.ops.set_stream, record.name
     assert msched.verify(stack.gm, original=sched.original).ok
+
+
+def test_schedule_memory_is_peak_memory_of_the_scheduled_module_computed_once() -> None:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def branches(x: torch.Tensor) -> torch.Tensor:
+        return (x @ x).relu() + (x * 2).sigmoid()
+
+    gm = make_fx(branches, tracing_mode="fake")(torch.zeros(512, 512))  # 1 MiB each
+    sched = msched.schedule(gm, 2)
+    memory = sched.memory
+    assert memory is sched.memory
+    assert memory == msched.peak_memory(gm)
+    assert memory.allocated == 3 * 1024 * 1024  # two branch results and one more at the join
+    plain = msched.schedule(decoder_stack(2, (1,)).gm, 2)  # no fake values
+    with pytest.raises(msched.InvalidArgumentError, match=r"msched.peak_memory\(sched.gm"):
+        plain.memory  # noqa: B018
