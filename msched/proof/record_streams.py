@@ -11,13 +11,12 @@ the use): the emitter's rule, so both agree.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from torch.fx import Graph, Node
 
 from msched.analysis.effects import Effects, compute_effects, produces_tensor
 from msched.analysis.lifetimes import UnsafeUse, unsafe_cross_stream_uses
-from msched.analysis.nodes import NodeList
+from msched.analysis.nodes import inputs_first
 from msched.proof.clocks import Clocks
 from msched.proof.program import StreamProgram
 
@@ -26,41 +25,7 @@ __all__ = ["check_record_streams", "scheduled_effects"]
 
 def scheduled_effects(graph: Graph, views: Mapping[Node, Node] | None = None) -> Effects:
     """`compute_effects` of a scheduled graph, whose host order may use a node early."""
-    return compute_effects(_in_topological_order(graph), views)
-
-
-def _in_topological_order(graph: Graph) -> NodeList:
-    """``graph``, or a stand-in listing its nodes inputs-first when some node is used before
-    its definition (a broken schedule): `compute_effects` needs every input seen first."""
-    seen: set[Node] = set()
-    for node in graph.nodes:
-        if any(i not in seen for i in node.all_input_nodes):
-            return _NodeList(_topological(graph))
-        seen.add(node)
-    return graph
-
-
-@dataclass(frozen=True)
-class _NodeList:
-    nodes: tuple[Node, ...]
-
-
-def _topological(graph: Graph) -> tuple[Node, ...]:
-    """Every node after its inputs, otherwise in graph order."""
-    done: dict[Node, None] = {}
-    for node in graph.nodes:
-        stack = [node]
-        while stack:
-            top = stack[-1]
-            if top in done:
-                stack.pop()
-                continue
-            missing = [i for i in top.all_input_nodes if i not in done]
-            if missing:
-                stack.extend(missing)
-            else:
-                done[stack.pop()] = None
-    return tuple(done)
+    return compute_effects(inputs_first(graph), views)
 
 
 def check_record_streams(
