@@ -10,7 +10,8 @@ arguments, and the values it reads, themselves paired the same way.
 
 Algorithm (one pass over each graph):
 
-1. Key every original node by its structure: op, target and arguments, each input node
+1. Key every original node by its structure: op, target (an op overload by its packet, as
+   Dynamo writes it) and arguments, each input node
    standing for itself; a placeholder by its position among the placeholders (the calling
    convention), a ``get_attr`` by the attribute it reads.  A ``wait_tensor`` read as an
    input stands for the value it waits for (it returns its input): reading a collective's
@@ -44,6 +45,7 @@ from typing import Any
 
 from torch.fx import Graph, Node
 
+from msched._torch_internals import OpOverload
 from msched.analysis.collectives import is_wait
 from msched.analysis.nodes import inputs_first
 from msched.proof.program import StreamProgram
@@ -99,7 +101,10 @@ def _key(node: Node, resolve: Callable[[Node], object], placeholders: dict[Node,
         return ("placeholder", placeholders[node])
     if node.op == "get_attr":
         return ("get_attr", node.target)
-    return (node.op, node.target, _shape(node.args, resolve), _shape(node.kwargs, resolve))
+    target = node.target
+    if isinstance(target, OpOverload):  # Dynamo writes the packet, AOT an overload of it
+        target = target.overloadpacket
+    return (node.op, target, _shape(node.args, resolve), _shape(node.kwargs, resolve))
 
 
 def _waited_value(node: Node) -> Node:
@@ -221,7 +226,7 @@ class _Matcher:
             return False
         taken = set(self.pair_of.values())
         for candidate in self.original.nodes:
-            if candidate.op != node.op or candidate.target != node.target or candidate in taken:
+            if candidate.op != node.op or candidate in taken:
                 continue
             own = _key(candidate, _waited_value, {})
             if _agrees(key, own):

@@ -192,3 +192,14 @@ def test_collectives_swapped_with_their_names_are_out_of_order() -> None:
         ("collective-order", ("sum_q", "sum_p"))
     ], str(report)
     assert "`sum_p` (all_reduce, group dp) is issued before `sum_q`" in str(report)
+
+
+def test_an_op_overload_is_the_same_op_as_its_packet() -> None:
+    """Dynamo writes ``aten.relu``, AOT autograd ``aten.relu.default``: one computation."""
+
+    def build(target: object) -> GraphModule:
+        s = Scheduled()
+        return s.done(s.op("r", target, s.input("x")))
+
+    assert msched.verify(build(aten.relu.default), original=build(aten.relu)).ok
+    assert not msched.verify(build(aten.neg.default), original=build(aten.relu)).ok
