@@ -4,8 +4,9 @@
 
 A tensor used on another stream than the one that allocated it needs a ``record_stream`` for
 the using stream; storages of graph inputs never do.  Only the uses `msched.analysis.lifetimes`
-finds unsafe need one (the allocator could hand the block to later work on its stream before
-the use): the emitter's rule, so both agree.
+finds unsafe need one (work on its stream that may allocate could take the block before the
+use ends; views, ``getitem``, ``wait_tensor`` and stream ops allocate nothing): the emitter's
+rule, so both agree.
 """
 
 from __future__ import annotations
@@ -29,12 +30,18 @@ def scheduled_effects(graph: Graph, views: Mapping[Node, Node] | None = None) ->
 
 
 def check_record_streams(
-    program: StreamProgram, clocks: Clocks, root: Mapping[Node, Node], add: Callable[..., None]
+    program: StreamProgram,
+    clocks: Clocks,
+    root: Mapping[Node, Node],
+    may_allocate: Callable[[Node], bool],
+    add: Callable[..., None],
 ) -> None:
     """Report cross-stream uses that need a ``record_stream`` and have none before output.
 
     The rule is the emitter's (`msched.analysis.lifetimes`), so that everything `msched.schedule`
     emits verifies.  A record of any alias of the storage for the using stream counts.
+    ``may_allocate`` says which scheduled nodes may take a freed block
+    (`msched.analysis.lifetimes.allocates`).
     """
     recorded: set[tuple[Node, int]] = set()
     for step in program.steps:
@@ -42,14 +49,17 @@ def check_record_streams(
             break
         if step.kind == "record_stream" and step.tensor is not None and step.to_stream is not None:
             recorded.add((root.get(step.tensor, step.tensor), step.to_stream))
-    for use in _unsafe_uses(program, clocks, root):
+    for use in _unsafe_uses(program, clocks, root, may_allocate):
         if (use.root, use.stream) not in recorded:
             recorded.add((use.root, use.stream))  # one report per storage and stream
             _missing_record(use, clocks.stamp[use.root].stream, add)
 
 
 def _unsafe_uses(
-    program: StreamProgram, clocks: Clocks, root: Mapping[Node, Node]
+    program: StreamProgram,
+    clocks: Clocks,
+    root: Mapping[Node, Node],
+    may_allocate: Callable[[Node], bool],
 ) -> list[UnsafeUse]:
     """The uses `msched.analysis.lifetimes` finds unsafe, over the nodes that run between the
     graph inputs and ``output``."""
@@ -63,6 +73,7 @@ def _unsafe_uses(
         {n: stamp[n].clock for n in body},
         root,
         produces_tensor,
+        may_allocate,
     )
 
 

@@ -31,8 +31,9 @@ Algorithm:
    of an asynchronous collective's tensors before its wait (``race``).
 6. A tensor used on another stream than the one that allocated it needs a ``record_stream``
    for the using stream (``missing-record-stream``); storages of graph inputs never do.
-   Only the uses `msched.analysis.lifetimes` finds unsafe need one (the allocator could hand
-   the block to later work on its stream before the use): the emitter's rule, so both agree.
+   Only the uses `msched.analysis.lifetimes` finds unsafe need one (work on its stream that
+   may allocate -- not a view, ``getitem``, ``wait_tensor`` or stream op -- could take the
+   block before the use ends): the emitter's rule, so both agree.
 
 Cost: O(nodes + edges) dictionary work plus O(streams) per wait.
 """
@@ -42,7 +43,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 
 from torch.fx import Graph, GraphModule, Node
 
@@ -61,6 +62,7 @@ from msched.analysis.dag import (
     host_order_dependencies,
 )
 from msched.analysis.effects import Effects
+from msched.analysis.lifetimes import allocates
 from msched.analysis.nodes import INPUT_OPS, graph_of
 from msched.errors import ScheduleVerificationError
 from msched.limits import check_flag, check_num_streams
@@ -228,12 +230,14 @@ def verify(
         effects = scheduled()
         _check_orderings(_host_order_rules(effects, clocks), clocks, effects, None, found)
         root: Mapping[Node, Node] = effects.root
+        may_allocate: Callable[[Node], bool] = partial(allocates, effects=effects)
     else:
-        root, match = _check_against_original(before, scheduled, program, clocks, found)
+        root, match, known = _check_against_original(before, scheduled, program, clocks, found)
         expected = [match[c.node] for c in collectives_in(before) if c.node in match]
+        may_allocate = _allocating(match, known, scheduled)
     for issue in collective_faults(clocks, expected, scheduled, found.pairs):
         found.add(issue.kind, issue.nodes, issue.message, issue.hazard, issue.streams)
-    check_record_streams(program, clocks, root, found.add)
+    check_record_streams(program, clocks, root, may_allocate, found.add)
     if cuda_graph:
         for fault in capture_faults(program, clocks):
             found.add(fault.kind, fault.nodes, fault.message, streams=fault.streams)
@@ -513,12 +517,12 @@ def _check_against_original(
     program: StreamProgram,
     clocks: Clocks,
     found: _Found,
-) -> tuple[Mapping[Node, Node], dict[Node, Node]]:
+) -> tuple[Mapping[Node, Node], dict[Node, Node], Effects]:
     """Steps 3 and 4 with ``original``: its Dag's orderings, then those of the extra nodes
     (``scheduled`` gives the scheduled graph's effects, read only when there are some).
 
-    Returns the storage root of every scheduled node, for the record_stream check, and the
-    scheduled node paired with each original node.
+    Returns the storage root of every scheduled node, for the record_stream check, the
+    scheduled node paired with each original node, and the original's effects.
     """
     dag = build_dag(before)
     match, extras = _paired_nodes(before, program, found)
@@ -529,7 +533,24 @@ def _check_against_original(
     root = _mapped_roots(dag, match)
     if extras:
         root = _check_extra_nodes(scheduled(), clocks, extras, root, found)
-    return root, match
+    return root, match, dag.effects
+
+
+def _allocating(
+    match: Mapping[Node, Node], known: Effects, scheduled: Callable[[], Effects]
+) -> Callable[[Node], bool]:
+    """Whether a scheduled node may allocate: read from the effects of the original node it
+    stands for (``known``), or, for a node that is not in the original, the scheduled
+    graph's."""
+    original_of = {s: o for o, s in match.items()}
+
+    def may_allocate(node: Node) -> bool:
+        source = original_of.get(node)
+        if source is None:
+            return allocates(node, scheduled())
+        return allocates(source, known)
+
+    return may_allocate
 
 
 def _paired_nodes(
