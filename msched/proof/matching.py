@@ -45,7 +45,7 @@ from typing import Any
 
 from torch.fx import Graph, Node
 
-from msched._torch_internals import OpOverload
+from msched._torch_internals import OpOverload, OpOverloadPacket
 from msched.analysis.collectives import is_wait
 from msched.analysis.nodes import inputs_first
 from msched.proof.program import StreamProgram
@@ -79,20 +79,23 @@ class _Unpaired:
 
 
 _UNPAIRED = _Unpaired()
-_SIMPLE = (int, float, str, bool, type(None))
+_EXACT = (int, str, bool, type(None))  # equal exactly when equal, kept apart by their type
 
 
 def _shape(value: Any, resolve: Callable[[Node], object]) -> object:
     """The hashable structure of an argument, each node replaced by ``resolve(node)``."""
+    kind = type(value)
+    if kind is Node:
+        return resolve(value)
+    if kind in _EXACT:
+        return (kind, value)  # 1 and True stay apart
+    if isinstance(value, (list, tuple)):
+        return (kind is tuple, tuple([_shape(v, resolve) for v in value]))
+    if isinstance(value, dict):
+        return tuple([(k, _shape(v, resolve)) for k, v in value.items()])
     if isinstance(value, Node):
         return resolve(value)
-    if isinstance(value, (list, tuple)):
-        return (type(value) is tuple, tuple(_shape(v, resolve) for v in value))
-    if isinstance(value, dict):
-        return tuple((k, _shape(v, resolve)) for k, v in value.items())
-    if isinstance(value, _SIMPLE):
-        return (type(value).__name__, repr(value))  # 1, 1.0 and True stay apart; nan == nan
-    return (type(value).__qualname__, repr(value))
+    return (kind.__qualname__, repr(value))  # a float by its text: nan equals nan
 
 
 def _key(node: Node, resolve: Callable[[Node], object], placeholders: dict[Node, int]) -> object:
@@ -104,14 +107,31 @@ def _key(node: Node, resolve: Callable[[Node], object], placeholders: dict[Node,
     target = node.target
     if isinstance(target, OpOverload):  # Dynamo writes the packet, AOT an overload of it
         target = target.overloadpacket
-    return (node.op, target, _shape(node.args, resolve), _shape(node.kwargs, resolve))
+    # An op by its identity (both graphs hold the same op objects, alive during the call):
+    # hashing an op packet runs Python code, and keys are hashed for every node.
+    what = target if isinstance(target, str) else id(target)
+    return (node.op, what, _shape(node.args, resolve), _shape(node.kwargs, resolve))
 
 
 def _waited_value(node: Node) -> Node:
     """The value ``node`` is: through ``wait_tensor``s, the tensor waited for."""
-    while is_wait(node) and node.args and isinstance(node.args[0], Node):
+    while _is_wait_op(node) and node.args and isinstance(node.args[0], Node):
         node = node.args[0]
     return node
+
+
+_WAIT_OPS: dict[Any, bool] = {}  # op packet or overload -> whether it is wait_tensor
+
+
+def _is_wait_op(node: Node) -> bool:
+    """`is_wait`, remembered per op (it is asked of every input of every node)."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, (OpOverload, OpOverloadPacket)):
+        return False
+    known = _WAIT_OPS.get(target)
+    if known is None:
+        known = _WAIT_OPS[target] = is_wait(node)
+    return known
 
 
 def _placeholders(nodes: Any) -> dict[Node, int]:
