@@ -209,13 +209,18 @@ class _Matcher:
                 found += [(user, p) for p in _positions(user, node)]
         return found
 
-    def resolve(self, node: Node) -> object:
-        """The original node a scheduled input stands for, or `_UNPAIRED`."""
+    def source(self, node: Node) -> Node:
+        """The scheduled value a scheduled input is: through the stream ops that pass a value
+        on, and through ``wait_tensor``s."""
         passthrough = self.program.passthrough
         seen = 0
         while node in passthrough and seen <= len(passthrough):  # a cycle would never end
             node, seen = passthrough[node], seen + 1
-        return self.pair_of.get(_waited_value(node), _UNPAIRED)
+        return _waited_value(node)
+
+    def resolve(self, node: Node) -> object:
+        """The original node a scheduled input stands for, or `_UNPAIRED`."""
+        return self.pair_of.get(self.source(node), _UNPAIRED)
 
     def visit(self, node: Node, placeholders: dict[Node, int]) -> None:
         key = _key(node, self.resolve, placeholders)
@@ -241,8 +246,11 @@ class _Matcher:
 
     def _rewired(self, node: Node, key: object) -> bool:
         """Pair ``node``, which reads an unpaired value, with the first queued original node
-        equal to it everywhere else; False when it reads none or no such node is queued."""
-        if not any(self.resolve(i) is _UNPAIRED for i in node.all_input_nodes):
+        equal to it everywhere else; False when it reads none, when one is neither an extra
+        node nor one of another graph (both reported on their own), or when no such original
+        node is queued."""
+        loose = [v for v in map(self.source, node.all_input_nodes) if v not in self.pair_of]
+        if not loose or any(v not in self.unpaired and v in self.program.stream_of for v in loose):
             return False
         taken = set(self.pair_of.values())
         for candidate in self.original.nodes:

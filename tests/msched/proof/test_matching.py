@@ -203,3 +203,19 @@ def test_an_op_overload_is_the_same_op_as_its_packet() -> None:
 
     assert msched.verify(build(aten.relu.default), original=build(aten.relu)).ok
     assert not msched.verify(build(aten.neg.default), original=build(aten.relu)).ok
+
+
+def test_a_node_reading_a_stream_op_is_not_paired_by_what_else_it_reads() -> None:
+    """Only a value reported on its own (an extra node, a node of another graph) may stand in
+    for an input when a node is paired despite reading it."""
+    s = Scheduled()
+    s.input("x")
+    switch = s.stream(0)
+    gm = s.done(s.op("r", aten.relu.default, switch))
+    o = Scheduled()
+    original = o.done(o.op("r", aten.relu.default, o.input("x")))
+    report = msched.verify(gm, original=original)
+    assert [(v.kind, v.nodes) for v in report.violations] == [
+        ("missing-node", ("r",)),
+        ("extra-node", ("r",)),
+    ], str(report)
