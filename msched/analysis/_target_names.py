@@ -46,7 +46,7 @@ VIEW_NAMES = frozenset(
         "split_with_sizes", "chunk", "unbind", "detach", "movedim", "moveaxis", "swapaxes",
         "swapdims", "alias", "real", "imag", "view_as_real", "view_as_complex", "__getitem__",
         "tensor_split", "hsplit", "vsplit", "dsplit", "broadcast_to", "T", "mT", "H", "mH",
-        "data", "adjoint", "positive",
+        "data", "adjoint", "positive", "slice", "_unsafe_view", "_reshape_alias",
     }
 )  # fmt: skip
 

@@ -4,10 +4,18 @@ The CUDA caching allocator hands a freed block back to the stream that allocated
 allocation on that stream may reuse it at once.  The generated code of an FX graph frees a
 tensor right after its last use in host order.  So a use of tensor ``X`` (allocated on stream
 ``t`` by the producer of its storage) on another stream ``s`` is unsafe exactly when some work
-issued on ``t`` after ``X`` is freed may run before that use: the first compute node on ``t``
-after the free point does not happen-after the last use of ``X`` on ``s``.  Only then is
-``X.record_stream(s)`` needed.  Vector clocks are monotonic along a stream, so checking that
-first node is enough.
+issued on ``t`` after ``X`` is freed may take the block before that use ends: the first node
+on ``t`` after the free point that may allocate (`allocates`) does not happen-after the last
+use of ``X`` on ``s``.  Only then is ``X.record_stream(s)`` needed.  Vector clocks are
+monotonic along a stream, so checking that first node is enough.  A node that allocates
+nothing cannot hand the block out, whatever it waits for: a true view (``view``, ``t``,
+``slice``, ...: not ``reshape`` or ``contiguous``, which copy when they must), ``getitem``
+(its producer allocated), a ``wait_tensor`` (it returns its input) and the stream ops.
+Anything else may: a new storage, an op of unknown effect, a collective's issue (its result),
+and in-place and ``out=`` ops too (several kernels allocate scratch space from the caching
+allocator: ``index_put_`` with ``accumulate=True`` sorts into temporaries, ``addmm_``
+into a non-contiguous ``self`` computes into a fresh tensor and copies back, and a custom
+op's insides are unknown).
 
 Not needed: storages of graph inputs (owned by the caller), storages returned by the graph
 (never freed inside it), and storages with no later work on their stream (``output`` joins
@@ -23,6 +31,7 @@ imports neither `msched.proof` nor `msched.scheduling`).
 
 from __future__ import annotations
 
+import operator
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +39,11 @@ from dataclasses import dataclass
 from torch.fx import Node
 
 from msched._torch_internals import node_inputs
+from msched.analysis._collective_targets import op_name
+from msched.analysis._target_names import VIEW_NAMES
+from msched.analysis.collectives import is_wait
+from msched.analysis.effects import Effects
+from msched.analysis.nodes import INPUT_OPS
 
 
 @dataclass(frozen=True)
@@ -45,6 +59,35 @@ class UnsafeUse:
     user: Node
 
 
+def allocates(node: Node, effects: Effects) -> bool:
+    """Whether running ``node`` may take a block from the caching allocator on its stream
+    (the module docstring says which nodes do not).  ``effects``: those of ``node``'s graph."""
+    if node.op in INPUT_OPS or node.op == "output":
+        return False
+    if node.op == "call_function" and node.target is operator.getitem:
+        return False
+    if is_wait(node):
+        return False
+    if effects.root.get(node, node) is node or effects.writes.get(node):
+        return True
+    # Its value lives in an input's storage.  The schemas of `reshape`, `contiguous` and `to`
+    # say so too, but they copy when they must: only a true view never allocates.
+    return _view_name(node) not in VIEW_NAMES
+
+
+def _view_name(node: Node) -> str | None:
+    """The name ``node``'s target is known by among the views: an aten op's, a method's, a
+    torch function's."""
+    if node.op == "call_method":
+        return str(node.target)
+    if node.op != "call_function":
+        return None
+    namespace, _, name = (op_name(node.target) or "").partition("::")
+    if name:
+        return name if namespace == "aten" else None
+    return getattr(node.target, "__name__", None)
+
+
 def unsafe_cross_stream_uses(
     order: Sequence[Node],
     output: Node,
@@ -53,28 +96,56 @@ def unsafe_cross_stream_uses(
     knows: Mapping[Node, Sequence[int]],
     root: Mapping[Node, Node],
     is_tensor: Callable[[Node], bool],
+    may_allocate: Callable[[Node], bool],
 ) -> list[UnsafeUse]:
     """The cross-stream uses in ``order`` (compute nodes in host order) that need a record.
 
     ``seq[n]`` is ``n``'s position on its stream; ``knows[n]`` the vector clock of its stream
-    right after it.  Nodes missing from ``seq`` (graph inputs, the preamble) allocate nothing.
+    right after it.  Nodes missing from ``seq`` (graph inputs, the preamble) allocate nothing,
+    nor do those ``may_allocate`` refuses (`allocates`, asked only after a free).
     """
     last, uses, on_stream = _last_and_cross_uses(order, stream, seq, root)
     returned = {root.get(a, a) for a in output.all_input_nodes}
     unsafe: list[UnsafeUse] = []
+    next_allocation = _NextAllocation(order, on_stream, may_allocate)
     for r, per_stream in uses.items():
         if r in returned:
             continue
-        positions = on_stream.get(stream[r], [])
-        i = bisect_right(positions, last[r])
-        if i == len(positions):
+        first_after = next_allocation.after(stream[r], last[r])
+        if first_after is None:
             continue
-        first_after = order[positions[i]]
         for s in sorted(per_stream):
             last_seq, user, alias = per_stream[s]
             if knows[first_after][s] < last_seq and is_tensor(alias):
                 unsafe.append(UnsafeUse(r, s, alias, user))
     return unsafe
+
+
+class _NextAllocation:
+    """The first node of a stream after a host position that may allocate (remembered: the
+    storages freed between two nodes of a stream all ask the same question)."""
+
+    def __init__(
+        self,
+        order: Sequence[Node],
+        on_stream: Mapping[int, list[int]],
+        may_allocate: Callable[[Node], bool],
+    ) -> None:
+        self.order, self.on_stream, self.may_allocate = order, on_stream, may_allocate
+        self.known: dict[tuple[int, int], Node | None] = {}
+
+    def after(self, s: int, position: int) -> Node | None:
+        positions = self.on_stream.get(s, [])
+        i = bisect_right(positions, position)
+        if (s, i) in self.known:
+            return self.known[(s, i)]
+        end = i
+        while end < len(positions) and not self.may_allocate(self.order[positions[end]]):
+            end += 1
+        found = self.order[positions[end]] if end < len(positions) else None
+        for k in range(i, end + 1):  # every free point from i to the allocation shares it
+            self.known[(s, k)] = found
+        return found
 
 
 def _last_and_cross_uses(

@@ -10,12 +10,14 @@ One definition each, so that the scheduler, the verifier, the pictures and the t
 - `node_named`: the node of a graph with a given name (`msched.schedule` keeps names), or an
   `msched.InvalidArgumentError` naming what is missing;
 - `NodeList`: what a pass over a graph's nodes in program order reads (a `Graph`, or a
-  stand-in listing another graph's nodes).
+  stand-in listing another graph's nodes); `inputs_first`: a graph's nodes with every node
+  after its inputs, for a graph whose order may use a node early (a broken schedule).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
 from torch.fx import Graph, GraphModule, Node
@@ -52,8 +54,42 @@ def node_named(gm: GraphModule | Graph, name: str, where: str = "the graph") -> 
 
 class NodeList(Protocol):
     """What `msched.analysis.effects.compute_effects` reads of a graph: its nodes in program
-    order.  A `Graph`, or a stand-in listing another graph's nodes
-    (`msched.proof.record_streams` lists a broken schedule's nodes inputs-first)."""
+    order.  A `Graph`, or a stand-in listing another graph's nodes (`inputs_first` lists a
+    broken schedule's nodes inputs-first)."""
 
     @property
     def nodes(self) -> Iterable[Node]: ...
+
+
+def inputs_first(graph: Graph) -> NodeList:
+    """``graph``, or a stand-in listing its nodes inputs-first when some node is used before
+    its definition (a broken schedule): a pass in program order needs every input seen first."""
+    seen: set[Node] = set()
+    for node in graph.nodes:
+        if any(i not in seen for i in node.all_input_nodes):
+            return _Listed(_topological(graph))
+        seen.add(node)
+    return graph
+
+
+@dataclass(frozen=True)
+class _Listed:
+    nodes: tuple[Node, ...]
+
+
+def _topological(graph: Graph) -> tuple[Node, ...]:
+    """Every node after its inputs, otherwise in graph order."""
+    done: dict[Node, None] = {}
+    for node in graph.nodes:
+        stack = [node]
+        while stack:
+            top = stack[-1]
+            if top in done:
+                stack.pop()
+                continue
+            missing = [i for i in top.all_input_nodes if i not in done]
+            if missing:
+                stack.extend(missing)
+            else:
+                done[stack.pop()] = None
+    return tuple(done)

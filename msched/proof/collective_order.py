@@ -14,7 +14,8 @@ Checks, on the scheduled program read with the happens-before engine (`Clocks`):
 1. ``collective-order``: each collective happens after the collective issued before it in host
    order (one stream, or an event between them), whatever their groups;
 2. ``collective-order``: with ``original``, the collectives are issued in the original's order
-   (nodes matched by name, as the rest of `verify` does);
+   (nodes paired by what they compute and read, as the rest of `verify` does:
+   `msched.proof.matching`; never by name, which a renaming pass changes at will);
 3. ``race``: every node issued after an asynchronous collective that reads or writes its
    result, or writes an input the work holds, happens after one of its waits (``raw``,
    ``waw`` and ``war``).  The Dag of the original already orders such uses after the wait in
@@ -25,10 +26,10 @@ Checks, on the scheduled program read with the happens-before engine (`Clocks`):
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from torch.fx import Graph, Node
+from torch.fx import Node
 
 from msched.analysis.collectives import Collective, collectives_in, waits_of
 from msched.analysis.effects import Effects
@@ -53,22 +54,24 @@ class CollectiveFault:
 
 def collective_faults(
     clocks: Clocks,
-    original: Graph | None,
+    original: Sequence[Node] | None,
     effects: Callable[[], Effects],
     reported: set[tuple[Node, Node]],
 ) -> list[CollectiveFault]:
     """The faults of the module docstring, in that order.
 
-    ``effects`` gives the scheduled graph's effects (called only when the program issues an
-    asynchronous collective); ``reported`` holds the pairs `verify` has already reported
-    (a race found here is skipped when its pair is in it, and added to it).
+    ``original`` lists the original graph's collectives in its order, each as the scheduled
+    node paired with it (None: no original); ``effects`` gives the scheduled graph's effects
+    (called only when the program issues an asynchronous collective); ``reported`` holds the
+    pairs `verify` has already reported (a race found here is skipped when its pair is in it,
+    and added to it).
     """
     issued = collectives_in(clocks.order)
     if not issued:
         return []
     faults = _unordered(clocks, issued)
     if original is not None:
-        faults += _reordered(clocks, issued, collectives_in(original))
+        faults += _reordered(clocks, issued, original)
     if any(c.asynchronous for c in issued):
         faults += _in_flight_uses(clocks, issued, effects(), reported)
     return faults
@@ -102,28 +105,25 @@ def _unordered(clocks: Clocks, issued: list[Collective]) -> list[CollectiveFault
 
 
 def _reordered(
-    clocks: Clocks, issued: list[Collective], original: list[Collective]
+    clocks: Clocks, issued: list[Collective], original: Sequence[Node]
 ) -> list[CollectiveFault]:
     """Rule 2: the host order of the collectives is the original's (the first difference)."""
-    names = {c.node.name for c in issued}
-    expected = [c.node.name for c in original if c.node.name in names]
-    present = set(expected)
-    scheduled = [c for c in issued if c.node.name in present]
-    for position, (want, got) in enumerate(zip(expected, scheduled, strict=False)):
-        if want == got.node.name:
+    expected = set(original)
+    scheduled = [c for c in issued if c.node in expected]
+    for want, got in zip(original, scheduled, strict=False):
+        if want is got.node:
             continue
         early = got.node
-        late = next(c.node for c in scheduled[position:] if c.node.name == want)
-        s_early, s_late = clocks.stamp[early].stream, clocks.stamp[late].stream
+        s_early, s_want = clocks.stamp[early].stream, clocks.stamp[want].stream
         return [
             CollectiveFault(
                 "collective-order",
-                (late.name, early.name),
-                f"{_label(got)} is issued before `{want}`, against the original order of the "
-                "collectives: every rank must issue them in one order, and a schedule that "
+                (want.name, early.name),
+                f"{_label(got)} is issued before `{want.name}`, against the original order of "
+                "the collectives: every rank must issue them in one order, and a schedule that "
                 "reorders them by its own costs can differ across ranks (a hang); keep the "
-                f"original order (issue `{want}` first)",
-                streams=(s_late, s_early),
+                f"original order (issue `{want.name}` first)",
+                streams=(s_want, s_early),
             )
         ]
     return []

@@ -4,20 +4,20 @@
 
 A tensor used on another stream than the one that allocated it needs a ``record_stream`` for
 the using stream; storages of graph inputs never do.  Only the uses `msched.analysis.lifetimes`
-finds unsafe need one (the allocator could hand the block to later work on its stream before
-the use): the emitter's rule, so both agree.
+finds unsafe need one (work on its stream that may allocate could take the block before the
+use ends; views, ``getitem``, ``wait_tensor`` and stream ops allocate nothing): the emitter's
+rule, so both agree.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from torch.fx import Graph, Node
 
 from msched.analysis.effects import Effects, compute_effects, produces_tensor
 from msched.analysis.lifetimes import UnsafeUse, unsafe_cross_stream_uses
-from msched.analysis.nodes import NodeList
+from msched.analysis.nodes import inputs_first
 from msched.proof.clocks import Clocks
 from msched.proof.program import StreamProgram
 
@@ -26,50 +26,22 @@ __all__ = ["check_record_streams", "scheduled_effects"]
 
 def scheduled_effects(graph: Graph, views: Mapping[Node, Node] | None = None) -> Effects:
     """`compute_effects` of a scheduled graph, whose host order may use a node early."""
-    return compute_effects(_in_topological_order(graph), views)
-
-
-def _in_topological_order(graph: Graph) -> NodeList:
-    """``graph``, or a stand-in listing its nodes inputs-first when some node is used before
-    its definition (a broken schedule): `compute_effects` needs every input seen first."""
-    seen: set[Node] = set()
-    for node in graph.nodes:
-        if any(i not in seen for i in node.all_input_nodes):
-            return _NodeList(_topological(graph))
-        seen.add(node)
-    return graph
-
-
-@dataclass(frozen=True)
-class _NodeList:
-    nodes: tuple[Node, ...]
-
-
-def _topological(graph: Graph) -> tuple[Node, ...]:
-    """Every node after its inputs, otherwise in graph order."""
-    done: dict[Node, None] = {}
-    for node in graph.nodes:
-        stack = [node]
-        while stack:
-            top = stack[-1]
-            if top in done:
-                stack.pop()
-                continue
-            missing = [i for i in top.all_input_nodes if i not in done]
-            if missing:
-                stack.extend(missing)
-            else:
-                done[stack.pop()] = None
-    return tuple(done)
+    return compute_effects(inputs_first(graph), views)
 
 
 def check_record_streams(
-    program: StreamProgram, clocks: Clocks, root: Mapping[Node, Node], add: Callable[..., None]
+    program: StreamProgram,
+    clocks: Clocks,
+    root: Mapping[Node, Node],
+    may_allocate: Callable[[Node], bool],
+    add: Callable[..., None],
 ) -> None:
     """Report cross-stream uses that need a ``record_stream`` and have none before output.
 
     The rule is the emitter's (`msched.analysis.lifetimes`), so that everything `msched.schedule`
     emits verifies.  A record of any alias of the storage for the using stream counts.
+    ``may_allocate`` says which scheduled nodes may take a freed block
+    (`msched.analysis.lifetimes.allocates`).
     """
     recorded: set[tuple[Node, int]] = set()
     for step in program.steps:
@@ -77,14 +49,17 @@ def check_record_streams(
             break
         if step.kind == "record_stream" and step.tensor is not None and step.to_stream is not None:
             recorded.add((root.get(step.tensor, step.tensor), step.to_stream))
-    for use in _unsafe_uses(program, clocks, root):
+    for use in _unsafe_uses(program, clocks, root, may_allocate):
         if (use.root, use.stream) not in recorded:
             recorded.add((use.root, use.stream))  # one report per storage and stream
             _missing_record(use, clocks.stamp[use.root].stream, add)
 
 
 def _unsafe_uses(
-    program: StreamProgram, clocks: Clocks, root: Mapping[Node, Node]
+    program: StreamProgram,
+    clocks: Clocks,
+    root: Mapping[Node, Node],
+    may_allocate: Callable[[Node], bool],
 ) -> list[UnsafeUse]:
     """The uses `msched.analysis.lifetimes` finds unsafe, over the nodes that run between the
     graph inputs and ``output``."""
@@ -98,6 +73,7 @@ def _unsafe_uses(
         {n: stamp[n].clock for n in body},
         root,
         produces_tensor,
+        may_allocate,
     )
 
 

@@ -16,12 +16,14 @@ Algorithm:
    none).  Graph inputs are ready on stream 0 only, so an auxiliary stream must join stream 0
    before its first node (a ``race`` otherwise).
 3. The orderings the program needs come from the original graph's `msched.analysis.dag.Dag`
-   (nodes matched by name; ``missing-node`` / ``duplicate-node`` / ``extra-node`` when the
-   node sets differ) or, without ``original``, from the same rules applied to the scheduled
-   host order.  Every compute node that runs is ordered: a node that is not in ``original``
-   takes its dependencies on the others (and the exit's on it) from the scheduled host order.
-   An edge ``u -> v`` holds when ``u`` happens before ``v``; otherwise it is a ``race``
-   (hazard ``data``, ``raw``, ``war`` or ``waw``) or, into ``output``, ``exit-not-joined``.
+   (nodes paired by what they compute and read, never by name: `msched.proof.matching`;
+   ``missing-node`` / ``duplicate-node`` / ``extra-node`` when the node sets differ, and
+   ``missing-node`` for a value ``output`` returns in another's place) or, without
+   ``original``, from the same rules applied to the scheduled host order.  Every compute
+   node that runs is ordered: a node that is not in ``original`` takes its dependencies on
+   the others (and the exit's on it) from the scheduled host order.  An edge ``u -> v``
+   holds when ``u`` happens before ``v``; otherwise it is a ``race`` (hazard ``data``,
+   ``raw``, ``war`` or ``waw``) or, into ``output``, ``exit-not-joined``.
 4. ``output`` happens after the last write of every storage and after every node whose
    value nobody uses (``exit-not-joined``), whether or not the original's Dag says so.
 5. The collectives (`msched.proof.collective_order`): consecutive ones ordered by
@@ -29,8 +31,9 @@ Algorithm:
    of an asynchronous collective's tensors before its wait (``race``).
 6. A tensor used on another stream than the one that allocated it needs a ``record_stream``
    for the using stream (``missing-record-stream``); storages of graph inputs never do.
-   Only the uses `msched.analysis.lifetimes` finds unsafe need one (the allocator could hand
-   the block to later work on its stream before the use): the emitter's rule, so both agree.
+   Only the uses `msched.analysis.lifetimes` finds unsafe need one (work on its stream that
+   may allocate -- not a view, ``getitem``, ``wait_tensor`` or stream op -- could take the
+   block before the use ends): the emitter's rule, so both agree.
 
 Cost: O(nodes + edges) dictionary work plus O(streams) per wait.
 """
@@ -40,13 +43,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 
 from torch.fx import Graph, GraphModule, Node
-from torch.fx.node import map_arg
 
 from msched._torch_internals import node_inputs
 from msched.analysis._graphcheck import check_acyclic
+from msched.analysis.collectives import collectives_in
 from msched.analysis.dag import (
     COLLECTIVE,
     DATA,
@@ -59,6 +62,7 @@ from msched.analysis.dag import (
     host_order_dependencies,
 )
 from msched.analysis.effects import Effects
+from msched.analysis.lifetimes import allocates
 from msched.analysis.nodes import INPUT_OPS, graph_of
 from msched.errors import ScheduleVerificationError
 from msched.limits import check_flag, check_num_streams
@@ -67,6 +71,7 @@ from msched.proof.clocks import Clocks, clocks_of
 from msched.proof.collective_order import COLLECTIVE_KINDS, collective_faults
 from msched.proof.dialects import Dialect, describe_key
 from msched.proof.interpreter import interpret
+from msched.proof.matching import match_nodes
 from msched.proof.program import Step, StreamProgram
 from msched.proof.record_streams import check_record_streams, scheduled_effects
 
@@ -220,15 +225,19 @@ def verify(
     def scheduled() -> Effects:  # read at most once: the orderings and the collectives share it
         return scheduled_effects(graph, program.passthrough)
 
+    expected: list[Node] | None = None  # the original's collectives, as scheduled nodes
     if before is None:
         effects = scheduled()
         _check_orderings(_host_order_rules(effects, clocks), clocks, effects, None, found)
         root: Mapping[Node, Node] = effects.root
+        may_allocate: Callable[[Node], bool] = partial(allocates, effects=effects)
     else:
-        root = _check_against_original(before, scheduled, program, clocks, found)
-    for issue in collective_faults(clocks, before, scheduled, found.pairs):
+        root, match, known = _check_against_original(before, scheduled, program, clocks, found)
+        expected = [match[c.node] for c in collectives_in(before) if c.node in match]
+        may_allocate = _allocating(match, known, scheduled)
+    for issue in collective_faults(clocks, expected, scheduled, found.pairs):
         found.add(issue.kind, issue.nodes, issue.message, issue.hazard, issue.streams)
-    check_record_streams(program, clocks, root, found.add)
+    check_record_streams(program, clocks, root, may_allocate, found.add)
     if cuda_graph:
         for fault in capture_faults(program, clocks):
             found.add(fault.kind, fault.nodes, fault.message, streams=fault.streams)
@@ -508,14 +517,15 @@ def _check_against_original(
     program: StreamProgram,
     clocks: Clocks,
     found: _Found,
-) -> Mapping[Node, Node]:
+) -> tuple[Mapping[Node, Node], dict[Node, Node], Effects]:
     """Steps 3 and 4 with ``original``: its Dag's orderings, then those of the extra nodes
     (``scheduled`` gives the scheduled graph's effects, read only when there are some).
 
-    Returns the storage root of every scheduled node, for the record_stream check.
+    Returns the storage root of every scheduled node, for the record_stream check, the
+    scheduled node paired with each original node, and the original's effects.
     """
     dag = build_dag(before)
-    match, extras = _match_nodes(dag, program, found)
+    match, extras = _paired_nodes(before, program, found)
     exits = {dag.output: exit_dependencies(dag.nodes, dag.effects, dag.output)}
     # The collective chain is `collective_faults`'s to check.
     _check_orderings(dag.preds, clocks, dag.effects, match, found, skip=COLLECTIVE)
@@ -523,51 +533,81 @@ def _check_against_original(
     root = _mapped_roots(dag, match)
     if extras:
         root = _check_extra_nodes(scheduled(), clocks, extras, root, found)
-    return root
+    return root, match, dag.effects
 
 
-def _match_nodes(
-    dag: Dag, program: StreamProgram, found: _Found
-) -> tuple[dict[Node, Node], list[Node]]:
-    """Map the original nodes to the scheduled ones by name; report missing, duplicate and
-    extra nodes.  Returns the match and the scheduled nodes that are not in it."""
-    by_name = {st.node.name: st.node for st in program.steps if st.kind == "compute"}
-    match: dict[Node, Node] = {}
-    for node in dag.nodes:
-        scheduled = by_name.get(node.name)
-        if scheduled is None:
-            found.add(
-                "missing-node",
-                [node.name],
-                f"`{node.name}` of the original graph is not in the scheduled graph: the "
-                "schedule dropped it; emit it before output",
-            )
-        else:
-            match[node] = scheduled
-    if len(by_name) == len(match):
-        return match, []
-    names = {n.name for n in dag.nodes}
-    extras = [n for n in by_name.values() if n.name not in names]
-    twins = _check_duplicates(dag, extras, found)
-    for extra in extras:
-        if extra not in twins:
+def _allocating(
+    match: Mapping[Node, Node], known: Effects, scheduled: Callable[[], Effects]
+) -> Callable[[Node], bool]:
+    """Whether a scheduled node may allocate: read from the effects of the original node it
+    stands for (``known``), or, for a node that is not in the original, the scheduled
+    graph's."""
+    original_of = {s: o for o, s in match.items()}
+
+    def may_allocate(node: Node) -> bool:
+        source = original_of.get(node)
+        if source is None:
+            return allocates(node, scheduled())
+        return allocates(source, known)
+
+    return may_allocate
+
+
+def _paired_nodes(
+    before: Graph, program: StreamProgram, found: _Found
+) -> tuple[dict[Node, Node], tuple[Node, ...]]:
+    """Pair the original nodes with the scheduled ones by what they compute
+    (`msched.proof.matching`); report missing, duplicate and extra nodes and values returned
+    in another's place.  Returns the pairs and the scheduled nodes that are not in them."""
+    match = match_nodes(before, program)
+    for node in match.missing:
+        found.add(
+            "missing-node",
+            [node.name],
+            f"`{node.name}` of the original graph is not in the scheduled graph (no node "
+            "computes it from the same values): the schedule dropped or changed it; emit it "
+            "before output",
+        )
+    for extra in match.extras:
+        twin = match.twins.get(extra)
+        if twin is None:
             _extra_node(extra, found)
-    return match, extras
+        else:
+            found.add(
+                "duplicate-node",
+                [twin.name, extra.name],
+                f"`{extra.name}` repeats `{twin.name}` of the original graph, which must run "
+                f"exactly once: remove `{extra.name}`",
+            )
+    for want, got in match.wrong_returns:
+        _wrong_return(want, got, match.pairs.get(want), found)
+    return match.pairs, match.extras
+
+
+def _wrong_return(want: Node, got: Node, right: Node | None, found: _Found) -> None:
+    fix = f"return `{right.name}`, which computes it" if right is not None else "return it"
+    found.add(
+        "missing-node",
+        [want.name, got.name],
+        f"output returns `{got.name}` where the original returns `{want.name}`, and `{got.name}` "
+        f"computes another value (as two equal-looking nodes swapped across a write do): {fix}",
+    )
 
 
 def _extra_node(node: Node, found: _Found) -> None:
     found.add(
         "extra-node",
         [node.name],
-        f"`{node.name}` is not in the original graph: the schedule added it, and a schedule "
-        "may add only stream ops; remove it (or schedule the graph that contains it)",
+        f"`{node.name}` is not in the original graph (no original node computes the same from "
+        "the same values): the schedule added or changed it, and a schedule may add only "
+        "stream ops; remove it (or schedule the graph that contains it)",
     )
 
 
 def _check_extra_nodes(
     effects: Effects,
     clocks: Clocks,
-    extras: list[Node],
+    extras: tuple[Node, ...],
     root: dict[Node, Node],
     found: _Found,
 ) -> dict[Node, Node]:
@@ -585,34 +625,6 @@ def _check_extra_nodes(
     _check_orderings(involved, clocks, effects, None, found)
     own = effects.root
     return {**root, **{n: root.get(own[n], own[n]) for n in extras if n in own}}
-
-
-def _signature(node: Node) -> str:
-    """What a node computes, by the names of its inputs: equal for a node and its copy."""
-    args = map_arg(node.args, lambda n: n.name)
-    kwargs = map_arg(node.kwargs, lambda n: n.name)
-    return repr((node.op, node.target, args, kwargs))
-
-
-def _check_duplicates(dag: Dag, extras: list[Node], found: _Found) -> set[Node]:
-    """Extra scheduled nodes that compute the same as an original node are duplicates;
-    returns them."""
-    by_signature: dict[str, Node] = {}
-    for node in dag.nodes:
-        by_signature.setdefault(_signature(node), node)
-    duplicates: set[Node] = set()
-    for extra in extras:
-        twin = by_signature.get(_signature(extra))
-        if twin is None:
-            continue
-        duplicates.add(extra)
-        found.add(
-            "duplicate-node",
-            [twin.name, extra.name],
-            f"`{extra.name}` repeats `{twin.name}` of the original graph, which must run "
-            f"exactly once: remove `{extra.name}`",
-        )
-    return duplicates
 
 
 def _mapped_roots(dag: Dag, match: dict[Node, Node]) -> dict[Node, Node]:

@@ -38,7 +38,7 @@ from torch.fx import Graph, Node
 from msched import ops
 from msched.analysis.dag import Dag
 from msched.analysis.effects import produces_tensor
-from msched.analysis.lifetimes import unsafe_cross_stream_uses
+from msched.analysis.lifetimes import allocates, unsafe_cross_stream_uses
 from msched.analysis.nodes import INPUT_OPS
 from msched.scheduling.assign import Assignment
 
@@ -247,14 +247,16 @@ class _Emitter:
 
     def _record_unsafe_uses(self, output: Node) -> None:
         """Add ``record_stream`` before the first use of each storage that needs one."""
+        effects = self.dag.effects
         unsafe = unsafe_cross_stream_uses(
             self.computed,
             output,
             self.stream_of,
             self.position,
             self.clock_after,
-            self.dag.effects.root,
+            effects.root,
             produces_tensor,
+            lambda node: allocates(node, effects),
         )
         for use in unsafe:
             args = (use.tensor, use.stream)

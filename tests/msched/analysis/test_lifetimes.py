@@ -9,8 +9,8 @@ import torch
 from torch.fx import Graph
 
 import msched
-from msched.analysis.effects import produces_tensor
-from msched.analysis.lifetimes import unsafe_cross_stream_uses
+from msched.analysis.effects import compute_effects, produces_tensor
+from msched.analysis.lifetimes import allocates, unsafe_cross_stream_uses
 from msched.analysis.nodes import node_named
 from msched.models.decoders import decoder_stack
 
@@ -92,12 +92,21 @@ def _unsafe_in(gm: torch.fx.GraphModule) -> list:  # type: ignore[type-arg]
     stream = {n: hb.position[n.name][0] for n in compute}
     seq = {n: hb.position[n.name][1] for n in compute}
     knows = {n: hb.knows[n.name] for n in compute}
-    root = msched.build_dag(gm).effects.root
+    effects = msched.build_dag(gm).effects
     out = next(n for n in gm.graph.nodes if n.op == "output")
     for n in gm.graph.nodes:
         if n.op in ("placeholder", "get_attr"):
             stream[n] = 0
-    return unsafe_cross_stream_uses(compute, out, stream, seq, knows, root, produces_tensor)
+    return unsafe_cross_stream_uses(
+        compute,
+        out,
+        stream,
+        seq,
+        knows,
+        effects.root,
+        produces_tensor,
+        lambda n: allocates(n, effects),
+    )
 
 
 def _fan_out_traced() -> torch.fx.GraphModule:
@@ -117,6 +126,51 @@ def _fan_out_traced() -> torch.fx.GraphModule:
             return (e @ w) + b2
 
     return torch.fx.symbolic_trace(FanOut())
+
+
+FC = torch.ops._c10d_functional
+
+
+def _one_of_each() -> Graph:
+    """One node of each kind `allocates` tells apart, named after what it is."""
+    g = Graph()
+    x, w = g.placeholder("x"), g.placeholder("w")
+    made = {"fresh": g.create_node("call_function", aten.mm.default, (x, w), name="fresh")}
+    made["view"] = g.create_node("call_function", aten.view.default, (x, [-1]), name="view")
+    made["transposed"] = g.create_node("call_function", aten.t.default, (w,), name="transposed")
+    halves = g.create_node("call_function", aten.split.Tensor, (x, 2), name="halves")
+    made["element"] = g.create_node("call_function", operator.getitem, (halves, 0), name="element")
+    made["in_place"] = g.create_node("call_function", aten.add_.Tensor, (w, 1), name="in_place")
+    made["reshaped"] = g.create_node(
+        "call_function", aten.reshape.default, (x, [-1]), name="reshaped"
+    )
+    issue = g.create_node("call_function", FC.all_reduce.default, (x, "sum", "0"), name="issue")
+    made["issue"] = issue
+    made["wait"] = g.create_node("call_function", FC.wait_tensor.default, (issue,), name="wait")
+    made["unknown"] = g.create_node("call_function", print, (x,), name="unknown")
+    g.output((made["fresh"], made["wait"]))
+    return g
+
+
+@pytest.mark.parametrize(
+    ("name", "takes_a_block"),
+    [
+        ("x", False),  # a graph input: the caller's
+        ("fresh", True),
+        ("view", False),
+        ("transposed", False),
+        ("halves", False),  # a tuple of views
+        ("element", False),  # getitem: its producer allocated
+        ("wait", False),  # wait_tensor returns its input
+        ("issue", True),  # the all_reduce's result
+        ("reshaped", True),  # may copy
+        ("in_place", True),  # kernels may take scratch space
+        ("unknown", True),
+    ],
+)
+def test_which_nodes_may_take_a_freed_block(name: str, takes_a_block: bool) -> None:
+    g = _one_of_each()
+    assert allocates(node_named(g, name), compute_effects(g)) is takes_a_block
 
 
 def test_operators_and_nn_modules_of_a_traced_graph_produce_tensors() -> None:

@@ -23,7 +23,14 @@ from msched.analysis.collectives import collectives_in, waits_of
 from msched.analysis.nodes import node_named
 from msched.models.decoders import decoder_stack
 
-from ..faults import independent_pairs, issue_after, on_another_stream, unorder
+from ..faults import (
+    independent_pairs,
+    issue_after,
+    on_another_stream,
+    rename_every_node,
+    swap_names,
+    unorder,
+)
 
 aten = torch.ops.aten
 
@@ -96,6 +103,27 @@ def test_two_collectives_of_one_group_swapped(case: str, streams: int) -> None:
     assert len(report.violations) <= 2, str(report)
     swapped = next(v for v in report.violations if "against the original" in v.message)
     assert swapped.nodes == (a.name, b.name)
+
+
+@pytest.mark.parametrize("streams", STREAMS)
+@pytest.mark.parametrize("case", MICROBATCHES)
+def test_a_renamed_schedule_verifies_and_a_renamed_swap_does_not(case: str, streams: int) -> None:
+    """A pass may rename every node: the schedule still verifies.  Two independent
+    collectives swapped, their names swapped too, read by name as the original order, but
+    each rank would then reduce another micro-batch in each slot."""
+    sched = scheduled(case, streams)
+    rename_every_node(sched.gm)
+    assert msched.verify(sched.gm, original=sched.original).ok
+    a, b = independent_pair(sched.gm)
+    issue_after(sched.gm, a, b)
+    swap_names(a, b)
+    sched.gm.recompile()
+    report = msched.verify(sched.gm, original=sched.original)
+    assert {k for k, _ in kinds(report)} == {"collective-order"}, str(report)
+    swapped = next(v for v in report.violations if "against the original" in v.message)
+    # `a`, the original's first, now bears the name `b` had (host order `b, a` reads, by
+    # name, as the original's): the report names the nodes as they are called now
+    assert swapped.nodes == (a.name, b.name) and int(b.name[8:]) < int(a.name[8:])
 
 
 @pytest.mark.parametrize("ordered", [False, True], ids=["unordered", "ordered"])

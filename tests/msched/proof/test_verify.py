@@ -339,8 +339,9 @@ def test_an_unsynchronised_extra_write_is_an_extra_node_a_race_and_not_joined() 
     found = [(v.kind, v.hazard, v.nodes) for v in report.violations]
     assert found[0] == ("extra-node", None, ("rogue",))
     assert report.violations[0].message == (
-        "`rogue` is not in the original graph: the schedule added it, and a schedule may add "
-        "only stream ops; remove it (or schedule the graph that contains it)"
+        "`rogue` is not in the original graph (no original node computes the same from the "
+        "same values): the schedule added or changed it, and a schedule may add only stream "
+        "ops; remove it (or schedule the graph that contains it)"
     )
     assert ("exit-not-joined", None, ("rogue", "output")) in found
     if capture_stream != 1:  # the capture's write to dest is not ordered before the zero_
@@ -371,14 +372,15 @@ def test_an_extra_node_read_by_an_original_node_is_ordered_like_it() -> None:
 
 def _one_stream(*names: str) -> GraphModule:
     """Inputs ``x`` and ``dest``, then the named nodes on stream 0 in the given order:
-    ``read`` = ``dest * x``, ``write`` / ``write_again`` = captures of ``x`` into ``dest``."""
+    ``read`` = ``dest * x``, ``write`` / ``write_again`` = captures of ``x`` into ``dest``
+    (``write_again`` into part of it: two equal writes would be interchangeable)."""
     s = Scheduled()
     x, dest = s.input("x"), s.input("dest")
     for name in names:
         if name == "read":
             s.op("read", aten.mul.Tensor, dest, x)
         else:
-            s.capture(name, dest, x)
+            s.capture(name, dest, x, 0, 4 if name == "write" else 2)
     return s.done(x)
 
 

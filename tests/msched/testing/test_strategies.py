@@ -69,7 +69,7 @@ def test_check_schedule_fails_a_scheduler_that_forgets_a_wait_with_the_graph() -
 
 
 def tanh_becomes_sin(gm: GraphModule, num_streams: int) -> None:
-    """Schedules correctly, then computes something else: verify cannot see it, runs can."""
+    """Schedules correctly, then computes something else under the same node names."""
     msched.schedule(gm, num_streams)
     for node in gm.graph.nodes:
         if node.target is torch.ops.aten.tanh.default:
@@ -77,14 +77,41 @@ def tanh_becomes_sin(gm: GraphModule, num_streams: int) -> None:
     gm.recompile()
 
 
+def linear_reweighted(gm: GraphModule, num_streams: int) -> None:
+    """Schedules correctly, then puts a linear layer with other weights in the place of the
+    graph's: the graph is the same, so verify cannot see it; runs can."""
+    msched.schedule(gm, num_streams)
+    for node in gm.graph.nodes:
+        if node.op == "call_module" and isinstance(gm.get_submodule(node.target), torch.nn.Linear):
+            other = torch.nn.Linear(mst.SIZE, mst.SIZE).requires_grad_(False)
+            other.weight.fill_(0.3)
+            other.bias.zero_()
+            setattr(gm, str(node.target), other)
+
+
 def test_check_schedule_runs_the_schedule_against_the_unscheduled_graph() -> None:
+    gm = find(
+        mst.graphs(min_nodes=2, ops=("mm", "module")),
+        lambda g: any(
+            n.op == "call_module" and isinstance(g.get_submodule(n.target), torch.nn.Linear)
+            for n in g.graph.nodes
+        ),
+    )
+    assert mst.check_schedule(copy.deepcopy(gm), 2) is not None  # msched's own passes
+    with pytest.raises(AssertionError, match=r"msched\.execute in the order 'late-aux' \(of "):
+        mst.check_schedule(gm, 2, scheduler=linear_reweighted)
+
+
+def test_check_schedule_sees_another_op_under_the_same_name() -> None:
+    """verify pairs nodes by what they compute: ``tanh`` replaced by ``sin`` is caught before
+    any run (it was left to the runs while nodes were paired by name)."""
     gm = find(
         mst.graphs(min_nodes=2, ops=("mm", "tanh")),
         lambda g: any(n.target is torch.ops.aten.tanh.default for n in g.graph.nodes),
     )
-    assert mst.check_schedule(copy.deepcopy(gm), 2) is not None  # msched's own passes
-    with pytest.raises(AssertionError, match=r"msched\.execute in the order 'late-aux' \(of "):
+    with pytest.raises(AssertionError, match=r"msched\.verify found violations") as caught:
         mst.check_schedule(gm, 2, scheduler=tanh_becomes_sin)
+    assert "[extra-node]" in str(caught.value) and "[missing-node]" in str(caught.value)
 
 
 def test_check_schedule_takes_inputs_that_alias() -> None:
