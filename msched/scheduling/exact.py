@@ -7,7 +7,13 @@ one; ``msched.schedule(gm, k, effort="optimal")`` runs the solver's schedule.
 The model: every compute node is an interval of its cost; every Dag edge ``p -> v`` says
 ``start(v) >= end(p)``; at most ``k`` intervals run at once (a cumulative constraint: any
 such timetable is ``k`` streams, by colouring the intervals in start order); the objective is
-the latest end.  OR-Tools is an optional dependency (``pip install 'pytest-msched[optimal]'``).
+the latest end.  With asynchronous collectives (`msched.analysis.communication`, the model
+the list scheduler and `msched.simulate` share): a collective's issue holds its stream for
+nothing and collectives are issued in the original order; its communication is an interval
+of its cost on its process group's channel, starting no earlier than its issue, after the
+communication of the group's collective before it; a wait starts no earlier than the end of
+the communication it waits for.  OR-Tools is an optional dependency
+(``pip install 'pytest-msched[optimal]'``).
 
 Determinism: one search worker, a fixed seed, and ``time_limit`` given to the solver as its
 *deterministic* time (a count of work, about a second each on an idle core), so a call gives
@@ -29,6 +35,7 @@ from typing import Any
 from torch.fx import GraphModule, Node
 
 from msched.analysis.bounds import makespan_lower_bound, node_costs
+from msched.analysis.communication import Communication, split_communication
 from msched.analysis.cost import CostModel, DefaultCostModel, check_cost_model
 from msched.analysis.dag import Dag, build_dag
 from msched.analysis.nodes import INPUT_OPS
@@ -81,19 +88,24 @@ def _cp_model() -> Any:
     return cp_model
 
 
-def _integral(cost: dict[Node, float]) -> tuple[dict[Node, int], float]:
-    """Integer costs for CP-SAT and the scale (units per cost-model unit)."""
-    values = cost.values()
+def _scale(values: list[float]) -> float:
+    """Units per cost-model unit: 1 when every value is integral, else the largest value
+    becomes `RESOLUTION` units."""
     if all(float(c).is_integer() for c in values):
-        return {n: int(c) for n, c in cost.items()}, 1.0
-    scale = RESOLUTION / max(values)
-    return {n: round(c * scale) for n, c in cost.items()}, scale
+        return 1.0
+    return RESOLUTION / max(values, default=1.0) if any(values) else 1.0
 
 
-def _bound_units(dag: Dag, cost: dict[Node, float], num_streams: int, scale: float) -> int:
+def _units(cost: Mapping[Node, float], scale: float) -> dict[Node, int]:
+    return {n: int(c) if scale == 1.0 else round(c * scale) for n, c in cost.items()}
+
+
+def _bound_units(
+    dag: Dag, cost: dict[Node, float], num_streams: int, scale: float, comm: Communication | None
+) -> int:
     """`makespan_lower_bound` in solver units: rounded up when the costs are integral (a
     makespan is then integral too), else rounded down past the rounding of the costs."""
-    bound = makespan_lower_bound(dag.nodes, dag.preds, cost, num_streams)
+    bound = makespan_lower_bound(dag.nodes, dag.preds, cost, num_streams, comm=comm)
     if scale == 1.0:
         return math.ceil(bound - 1e-9)
     return max(0, math.floor(bound * scale * (1 - 1e-6)) - len(dag.nodes))
@@ -107,17 +119,22 @@ def solve(
     hint: Mapping[Node, float] | None = None,
     *,
     known_bound: bool = True,
+    comm: Communication | None = None,
 ) -> OptimalMakespan:
     """Minimise the makespan of ``dag`` (costs ``cost``) on ``num_streams`` streams.
 
     ``hint`` (start times of a schedule, such as the list schedule's) is where the search
     starts.  With ``known_bound`` `msched.analysis.bounds.makespan_lower_bound` is given to
-    the solver as a bound it need not prove again (tests of that bound turn it off).
+    the solver as a bound it need not prove again (tests of that bound turn it off).  With
+    ``comm`` (`msched.analysis.communication.split_communication`), ``cost`` is what each
+    node holds its stream for and the communication is modelled (the module docstring).
     """
     cp_model = _cp_model()
     nodes = [n for n in dag.nodes if n.op not in INPUT_OPS and n is not dag.output]
-    units, scale = _integral({n: cost[n] for n in nodes})
-    horizon = sum(units.values())
+    times = dict(comm.time) if comm is not None else {}
+    scale = _scale([cost[n] for n in nodes] + list(times.values()))
+    units = _units({n: cost[n] for n in nodes}, scale)
+    horizon = sum(units.values()) + sum(_units(times, scale).values())
     model = cp_model.CpModel()
     start = {n: model.new_int_var(0, horizon, f"s{i}") for i, n in enumerate(nodes)}
     intervals = [
@@ -128,21 +145,18 @@ def solve(
         for p in dag.preds[n]:
             if p in start:
                 model.add(start[n] >= start[p] + units[p])
+    if comm is not None:
+        _communication(model, comm, start, _units(times, scale), horizon)
     end = model.new_int_var(0, horizon, "makespan")
     for n in nodes:
         model.add(end >= start[n] + units[n])
     if known_bound:
-        model.add(end >= _bound_units(dag, cost, num_streams, scale))
+        model.add(end >= _bound_units(dag, cost, num_streams, scale, comm))
     for n, t in (hint or {}).items():
         if n in start:
             model.add_hint(start[n], round(t * scale))
     model.minimize(end)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.random_seed = 0
-    solver.parameters.max_deterministic_time = time_limit
-    solver.parameters.max_time_in_seconds = _WALL_GUARD * time_limit
-    status = solver.solve(model)
+    solver, status = _run(cp_model, model, time_limit)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):  # no solution within the time
         bound = solver.best_objective_bound / scale
         return OptimalMakespan(math.inf, bound, False, num_streams, {})
@@ -151,6 +165,38 @@ def solve(
     proven = status == cp_model.OPTIMAL
     bound = makespan if proven else solver.best_objective_bound / scale
     return OptimalMakespan(makespan, bound, proven, num_streams, found)
+
+
+def _run(cp_model: Any, model: Any, time_limit: float) -> tuple[Any, Any]:
+    """Solve ``model`` deterministically (the module docstring); the solver and its status."""
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = 0
+    solver.parameters.max_deterministic_time = time_limit
+    solver.parameters.max_time_in_seconds = _WALL_GUARD * time_limit
+    return solver, solver.solve(model)
+
+
+def _communication(
+    model: Any, comm: Communication, start: dict[Node, Any], time: dict[Node, int], horizon: int
+) -> None:
+    """The constraints of asynchronous communication (the module docstring)."""
+    issued = [c for c in comm.collectives if c in start]
+    for before, after in zip(issued, issued[1:], strict=False):
+        model.add(start[after] >= start[before])  # every rank issues them in one order
+    talk = {c: model.new_int_var(0, horizon, f"c{i}") for i, c in enumerate(time)}
+    last: dict[Any, Node] = {}
+    for c in issued:
+        if c not in talk:
+            continue
+        model.add(talk[c] >= start[c])
+        group = comm.channel[c]
+        if group in last:  # the group's channel runs one communication at a time, in order
+            model.add(talk[c] >= talk[last[group]] + time[last[group]])
+        last[group] = c
+    for wait, c in comm.waits.items():
+        if wait in start and c in talk:
+            model.add(start[wait] >= talk[c] + time[c])
 
 
 EFFORTS = ("fast", "optimal")
@@ -197,19 +243,12 @@ def solve_from(
     dag: Dag, heuristic: Assignment, cost: dict[Node, float], time_limit: float
 ) -> OptimalMakespan:
     """`solve`, starting from the list schedule ``heuristic``; without the solver when that
-    schedule meets its lower bound (it is then optimal).
-
-    The solver's model has no communication, so a Dag with asynchronous collectives is an
-    `msched.InvalidArgumentError` (use ``effort="fast"``, whose list schedule models it).
-    """
-    if heuristic.communication:
-        names = ", ".join(n.name for n in list(heuristic.communication)[:3])
-        raise InvalidArgumentError(
-            f"the exact mode does not model asynchronous communication yet (collectives "
-            f"{names}); schedule this graph with effort='fast'"
-        )
+    schedule meets its lower bound (it is then optimal).  ``cost`` is every node's cost (a
+    collective's: its communication time); the communication is modelled as the list
+    scheduler models it."""
     if heuristic.makespan <= heuristic.lower_bound:
         start = {n: heuristic.start[n] for n in heuristic.order}
         m = heuristic.makespan
         return OptimalMakespan(m, m, True, heuristic.num_streams, start)
-    return solve(dag, cost, heuristic.num_streams, time_limit, heuristic.start)
+    occupancy, comm = split_communication(dag.nodes, cost)
+    return solve(dag, occupancy, heuristic.num_streams, time_limit, heuristic.start, comm=comm)

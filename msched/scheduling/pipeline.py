@@ -193,7 +193,8 @@ def schedule(
     (`msched.scheduling.exact`; ``pip install 'pytest-msched[optimal]'``) for up to
     ``time_limit`` seconds of deterministic solver time, and runs the solver's timetable when
     it is shorter than the list schedule (``Schedule.optimal`` says whether it is proven
-    optimal).  ``effort="fast"`` (the default) runs the list schedule only.
+    optimal), on one stream too when the graph has asynchronous collectives (their overlap
+    depends on the order).  ``effort="fast"`` (the default) runs the list schedule only.
 
     ``exit_edges=False``, an ablation for tests and benchmarks, builds the Dag without exit
     edges: it reproduces the Eagle3 bug msched exists to prevent, which `msched.verify` reports.
@@ -212,6 +213,8 @@ def schedule(
         events, waits, streams = 0, 0, dict.fromkeys(dag.nodes, 0)
         if assignment.communication:  # reordered, compute can run under communication
             listed = assign_streams(dag, 1, model)
+            if effort == "optimal":
+                listed, optimal = _optimal(dag, listed, model, limit)
             if listed.makespan < assignment.makespan:
                 assignment = listed
                 events, waits, streams = _rewrite(gm, dag, assignment)
