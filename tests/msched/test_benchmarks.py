@@ -109,12 +109,17 @@ def test_communication_benchmark_prints_its_table() -> None:
     assert run.returncode == 0, run.stderr  # it exits with an error on a simulate mismatch
     lines = run.stdout.splitlines()
     header = lines[1].split()
-    assert header == ["graph", "streams", "makespan", "serial", "ratio", "bound", "makespan/lb"]
+    assert header == [
+        *("graph", "streams", "makespan", "serial", "ratio", "bound", "makespan/lb"),
+        *("optimum", "makespan/opt"),
+    ]
     rows = [line.split() for line in lines[2:]]
+    at = header.index("optimum")
+    assert all(float(r[at].rstrip("*")) <= float(r[2]) for r in rows)  # never above msched
     graphs = ["tp", "tp-2mb", "ep-moe"]
     assert [r[:2] for r in rows] == [[g, k] for g in graphs for k in ("1", "2")]
     for row in rows:
-        makespan, serial, ratio, bound, over = map(float, row[2:])
+        makespan, serial, ratio, bound, over = map(float, row[2:7])
         assert bound <= makespan <= serial and ratio <= 1.0 <= over
 
 
