@@ -1,4 +1,5 @@
-"""How much communication `msched.schedule` hides, on sharded graphs, per stream count.
+"""How much communication `msched.schedule` hides, on sharded graphs, per stream count, next
+to PyTorch's own overlap pass.
 
 Graphs: the sharded decoder stacks of `msched.models.decoders.decoder_stack` on rank 0 of 2
 (PyTorch's functional collectives on the default group; building them needs no process
@@ -15,8 +16,46 @@ unscheduled graph simulated: every collective waited right after its issue), the
 the lower bound (`msched.analysis.bounds`, with communication as a latency and one channel
 per group) and the makespan over it, and the optimum (`msched.optimal_makespan`, whose CP-SAT
 model has the same communication; ``*`` marks one the solver did not prove within
-``--time-limit`` seconds, "-" a run without OR-Tools) and the makespan over it.  No timing:
-these are cost-model units.
+``--time-limit`` seconds, "-" a run without OR-Tools) and the makespan over it.
+
+Then PyTorch's pass: ``pytorch`` is the makespan (`msched.simulate`, one stream, the same
+costs) of the order that ``torch._inductor.fx_passes.overlap_scheduling.
+schedule_overlap_bucketing`` gives a copy of the graph when it is told msched's cost of every
+node (``custom_runtime_estimation``), and ``msched/pytorch`` is msched's makespan over it:
+the target is at most 1 on the one-stream rows (PyTorch's order runs on one stream, so on
+the other rows the ratio is msched's streams against it).  ``alloc-KiB`` and ``pytorch-KiB``
+are `msched.peak_memory`'s ``allocated`` peak of msched's schedule and of PyTorch's order on
+the stack's example inputs (KiB: the stacks' tensors are a few hundred bytes), ``bound-MiB``
+and ``pytorch-bound-MiB`` its ``reserved_bound`` (the allocator's segments under any timing:
+a 2 MiB small-block segment per stream used, here).
+
+What the pass needs that msched's graphs lack, and what it probes (`pytorch_order`):
+
+- it finds collectives and waits by their ``_c10d_functional.*.default`` overloads; the
+  stacks call the packets (``_c10d_functional.all_reduce``, as Dynamo traces them on torch
+  2.13), so the copy calls each packet's ``default`` overload;
+- it reads every node's fake value (``meta["val"]``, for its memory budget): the copy is
+  propagated with `torch.fx.passes.fake_tensor_prop.FakeTensorProp` from the example inputs;
+- it assumes a functional graph (Inductor runs it before re-inplacing), so an order follows
+  only the FX edges; the stacks write in place (attention into an ``out`` buffer, captures
+  into a slice of ``dest``), so the storage hazards of `msched.build_dag` (read after write,
+  write after read or write) are added to the copy as an extra keyword argument of the later
+  node, taken off again after the pass (without them its order reads attention's output
+  before attention runs);
+- with ``compute_estimator="analytical"`` and ``collective_estimator="analytical"`` nothing
+  is benchmarked, but it still prices every compute node by the roofline
+  (``estimate_roofline_runtime_ms``: Triton's GPU peak FLOPs and DRAM bandwidth, absent on a
+  CPU) before the custom cost replaces the figure, logs each compute node's FLOPs by calling
+  its op on the fake values (``node_runtime_estimation._log_compute_estimations``, which the
+  extra keyword argument breaks) and the collectives' NCCL estimates
+  (``_log_collective_benchmarks``), and asks ``torch.distributed.get_world_size()`` (needs a
+  process group): for the pass only, the roofline answers 0, the two logs do nothing and the
+  world size is the stacks' 2.  A torch without the pass or these names prints "-" in the
+  PyTorch columns and why under the table.
+
+Every other argument is the pass's default (no bucketing, 1 GB over the original peak
+allowed).  PyTorch's order is checked with `msched.verify` against the original graph; a
+violation is printed under the table.  No timing: these are cost-model units.
 
 Run: ``python benchmarks/bench_comm.py [--layers 2] [--streams 1,2,3] [--comm 30]
 [--time-limit 10]``.
@@ -25,18 +64,28 @@ Run: ``python benchmarks/bench_comm.py [--layers 2] [--streams 1,2,3] [--comm 30
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any
+from unittest import mock
 
-from torch.fx import GraphModule
+import torch
+from torch._ops import OpOverloadPacket
+from torch.fx import GraphModule, Node
 
 import msched
-from msched.models.decoders import decoder_stack
+from msched.analysis.dag import DATA, RAW, WAR, WAW
+from msched.models.decoders import DecoderStack, decoder_stack
+
+#: The keyword argument that carries `storage_hazards` into the pass's copy.
+AFTER = "_msched_after"
+#: The world size the pass is told (the stacks are rank 0 of 2).
+WORLD = 2
 
 
-def graphs(layers: int) -> dict[str, Callable[[], GraphModule]]:
-    def stack(**kwargs: Any) -> Callable[[], GraphModule]:
-        return lambda: decoder_stack(layers, tuple(range(layers)), rank=0, **kwargs).gm
+def graphs(layers: int) -> dict[str, Callable[[], DecoderStack]]:
+    def stack(**kwargs: Any) -> Callable[[], DecoderStack]:
+        return lambda: decoder_stack(layers, tuple(range(layers)), rank=0, **kwargs)
 
     return {
         "tp": stack(tp=2),
@@ -46,25 +95,125 @@ def graphs(layers: int) -> dict[str, Callable[[], GraphModule]]:
 
 
 def optimum(
-    build: Callable[[], GraphModule], streams: int, model: msched.CostModel, limit: float
+    build: Callable[[], DecoderStack], streams: int, model: msched.CostModel, limit: float
 ) -> tuple[float, bool] | None:
     """The solver's makespan and whether it is proven; None without OR-Tools."""
     try:
-        found = msched.optimal_makespan(build(), streams, model, time_limit=limit)
+        found = msched.optimal_makespan(build().gm, streams, model, time_limit=limit)
     except msched.MissingDependencyError:
         return None
     return found.makespan, found.proven
 
 
-def row(build: Callable[[], GraphModule], streams: int, model: msched.CostModel) -> list[float]:
-    gm = build()
+def row(
+    build: Callable[[], DecoderStack], streams: int, model: msched.CostModel
+) -> tuple[list[float], msched.MemoryReport]:
+    """msched's makespan, serial, ratio, bound, makespan over bound; its memory."""
+    stack = build()
+    gm = stack.gm
     sched = msched.schedule(gm, streams, cost_model=model)
     simulated = msched.simulate(gm, model).makespan
     if simulated != sched.makespan:
         raise SystemExit(f"simulated {simulated} != claimed {sched.makespan}")
     serial = msched.simulate(sched.original, model).makespan
     bound = sched.lower_bound
-    return [sched.makespan, serial, sched.makespan / serial, bound, sched.makespan / bound]
+    memory = msched.peak_memory(gm, cost_model=model, example_inputs=stack.example_inputs())
+    values = [sched.makespan, serial, sched.makespan / serial, bound, sched.makespan / bound]
+    return values, memory
+
+
+def storage_hazards(gm: GraphModule) -> dict[Node, list[Node]]:
+    """Per node, the earlier nodes it must follow for a storage (read after write, write
+    after read or write: `msched.build_dag`) and does not already take as an input."""
+    dag = msched.build_dag(gm)
+    hazards: dict[Node, list[Node]] = {}
+    for node in dag.nodes:
+        if node.op == "output":
+            continue
+        deps = [d for d, m in dag.preds[node].items() if m & (RAW | WAR | WAW) and not m & DATA]
+        if deps:
+            hazards[node] = deps
+    return hazards
+
+
+def call_overloads(gm: GraphModule) -> None:
+    """Call the ``default`` overload of every ``_c10d_functional`` packet (the pass matches
+    ``_c10d_functional.*.default`` only)."""
+    for node in gm.graph.nodes:
+        target = node.target
+        if (
+            isinstance(target, OpOverloadPacket)
+            and "default" in target.overloads()
+            and target.default.namespace == "_c10d_functional"
+        ):
+            node.target = target.default
+    gm.recompile()
+
+
+@contextmanager
+def no_gpu_probes() -> Iterator[None]:
+    """What `schedule_overlap_bucketing` probes beyond its custom costs, answered for a CPU
+    and no process group (see the module docstring)."""
+    from torch._inductor.fx_passes import node_runtime_estimation, overlap_scheduling
+
+    with ExitStack() as stubs:
+        stubs.enter_context(
+            mock.patch.object(overlap_scheduling, "estimate_roofline_runtime_ms", lambda n: 0.0)
+        )
+        for log in ("_log_compute_estimations", "_log_collective_benchmarks"):
+            stubs.enter_context(
+                mock.patch.object(node_runtime_estimation, log, lambda *a, **k: None)
+            )
+        stubs.enter_context(
+            mock.patch.object(torch.distributed, "get_world_size", lambda group=None: WORLD)
+        )
+        yield
+
+
+def pytorch_order(stack: DecoderStack, model: msched.CostModel) -> GraphModule:
+    """``stack``'s graph in the order of PyTorch's ``schedule_overlap_bucketing`` given
+    ``model``'s costs (the adaptations: the module docstring)."""
+    from torch._inductor.fx_passes.overlap_scheduling import schedule_overlap_bucketing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    gm = stack.gm
+    call_overloads(gm)
+    FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(
+        *stack.example_inputs()
+    )
+    costs = {node: model.cost(node) for node in gm.graph.nodes}
+    hazards = storage_hazards(gm)
+    for node, deps in hazards.items():
+        node.kwargs = {**node.kwargs, AFTER: tuple(deps)}
+    with no_gpu_probes():
+        ordered = schedule_overlap_bucketing(
+            gm,
+            custom_runtime_estimation=lambda node, _size: costs.get(node),
+            collective_estimator="analytical",
+            compute_estimator="analytical",
+        )
+    for node in hazards:
+        node.kwargs = {k: v for k, v in node.kwargs.items() if k != AFTER}
+    ordered.recompile()
+    return ordered
+
+
+def pytorch_row(
+    build: Callable[[], DecoderStack], model: msched.CostModel
+) -> tuple[float, msched.MemoryReport, str] | str:
+    """PyTorch's order's makespan and memory, and `msched.verify`'s verdict on it ("" when
+    it verifies); or why the pass cannot run here (a torch without it or with other
+    internals than those stubbed)."""
+    stack = build()
+    try:
+        ordered = pytorch_order(stack, model)
+    except (ImportError, AttributeError) as error:
+        return f"PyTorch's pass cannot run with torch {torch.__version__}: {error!r}"
+    makespan = msched.simulate(ordered, model).makespan
+    memory = msched.peak_memory(ordered, cost_model=model, example_inputs=stack.example_inputs())
+    report = msched.verify(ordered, original=build().gm)
+    return makespan, memory, "" if report.ok else str(report)
 
 
 def main() -> None:
@@ -77,19 +226,35 @@ def main() -> None:
     model = msched.DefaultCostModel(comm=args.comm)
     counts = [int(s) for s in args.streams.split(",")]
     print(f"communication {args.comm:g} per collective, matmul 10 (msched.DefaultCostModel)")
-    header = ["graph", "streams", "makespan", "serial", "ratio", "bound", "makespan/lb"]
-    header += ["optimum", "makespan/opt"]
-    print("".join(f"{h:>14}" for h in header))
+    print(fmt(HEADER))
+    notes: dict[str, None] = {}  # in order, once each
     for name, build in graphs(args.layers).items():
+        theirs = pytorch_row(build, model)
+        if isinstance(theirs, str):
+            notes[theirs] = None
+        elif theirs[2]:
+            notes[f"{name}: PyTorch's order fails msched.verify: {theirs[2]}"] = None
         for k in counts:
-            values = row(build, k, model)
+            values, memory = row(build, k, model)
             cells = [
                 name,
                 str(k),
                 *(f"{v:.3f}" if i in (2, 4) else f"{v:g}" for i, v in enumerate(values)),
                 *optimum_cells(optimum(build, k, model, args.time_limit), values[0]),
+                *pytorch_cells(theirs, values[0], memory),
             ]
-            print("".join(f"{c:>14}" for c in cells))
+            print(fmt(cells))
+    for note in notes:
+        print(note)
+
+
+HEADER = ["graph", "streams", "makespan", "serial", "ratio", "bound", "makespan/lb"]
+HEADER += ["optimum", "makespan/opt", "pytorch", "msched/pytorch"]
+HEADER += ["alloc-KiB", "pytorch-KiB", "bound-MiB", "pytorch-bound-MiB"]
+
+
+def fmt(cells: list[str]) -> str:
+    return "".join(f"{c:>{max(len(h), 7) + 2}}" for c, h in zip(cells, HEADER, strict=True))
 
 
 def optimum_cells(found: tuple[float, bool] | None, makespan: float) -> list[str]:
@@ -97,6 +262,25 @@ def optimum_cells(found: tuple[float, bool] | None, makespan: float) -> list[str
         return ["-", "-"]
     best, proven = found
     return [f"{best:g}" + ("" if proven else "*"), f"{makespan / best:.3f}"]
+
+
+def pytorch_cells(
+    theirs: tuple[float, msched.MemoryReport, str] | str,
+    makespan: float,
+    ours: msched.MemoryReport,
+) -> list[str]:
+    kib, mib = 1024, 1024 * 1024
+    if isinstance(theirs, str):  # the pass did not run: msched's memory alone
+        return ["-", "-", f"{ours.allocated / kib:g}", "-", f"{ours.reserved_bound / mib:g}", "-"]
+    their_makespan, memory, _verdict = theirs
+    return [
+        f"{their_makespan:g}",
+        f"{makespan / their_makespan:.3f}",
+        f"{ours.allocated / kib:g}",
+        f"{memory.allocated / kib:g}",
+        f"{ours.reserved_bound / mib:g}",
+        f"{memory.reserved_bound / mib:g}",
+    ]
 
 
 if __name__ == "__main__":

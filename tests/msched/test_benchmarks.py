@@ -111,16 +111,29 @@ def test_communication_benchmark_prints_its_table() -> None:
     header = lines[1].split()
     assert header == [
         *("graph", "streams", "makespan", "serial", "ratio", "bound", "makespan/lb"),
-        *("optimum", "makespan/opt"),
+        *("optimum", "makespan/opt", "pytorch", "msched/pytorch"),
+        *("alloc-KiB", "pytorch-KiB", "bound-MiB", "pytorch-bound-MiB"),
     ]
+    graphs = ["tp", "tp-2mb", "ep-moe"]
     rows = [line.split() for line in lines[2:]]
+    # PyTorch's pass ran, and its order of every graph verifies: no note under the table
+    assert [r[:2] for r in rows] == [[g, k] for g in graphs for k in ("1", "2")], run.stdout
+    column = {name: [r[header.index(name)] for r in rows] for name in header}
     at = header.index("optimum")
     assert all(float(r[at].rstrip("*")) <= float(r[2]) for r in rows)  # never above msched
-    graphs = ["tp", "tp-2mb", "ep-moe"]
-    assert [r[:2] for r in rows] == [[g, k] for g in graphs for k in ("1", "2")]
     for row in rows:
         makespan, serial, ratio, bound, over = map(float, row[2:7])
         assert bound <= makespan <= serial and ratio <= 1.0 <= over
+        theirs, ours_over_theirs = map(float, row[9:11])
+        assert ours_over_theirs == pytest.approx(makespan / theirs, abs=1e-3)
+        assert all(float(cell) > 0 for cell in row[11:])
+    # one order per graph, on one stream: the same PyTorch cells on each of its rows
+    for name in ("pytorch", "pytorch-KiB", "pytorch-bound-MiB"):
+        assert column[name][0::2] == column[name][1::2]
+    # the target: on one stream msched is never longer than PyTorch's pass
+    one_stream = [r for r in rows if r[1] == "1"]
+    assert all(float(r[header.index("msched/pytorch")]) <= 1.0 for r in one_stream)
+    assert all(r[-2] == r[-1] for r in one_stream)  # one stream, one pool each
 
 
 def test_the_gpu_inductor_benchmark_imports_and_says_it_needs_cuda(capsys) -> None:
