@@ -95,7 +95,9 @@ class Schedule(Summarized[float]):
     def memory(self) -> MemoryReport:
         """`msched.peak_memory` of the scheduled module, read from its nodes' fake values
         (``meta["val"]``, ...) under the default cost model; computed on first use, then kept
-        (the graph is read as it is then).  For a graph without fake values, or under
+        (the graph is read as it is then).  A schedule made with a ``memory_budget`` has
+        it already: the report its choice was priced with (sizes from ``example_inputs``
+        where given, under its ``cost_model``).  For a graph without fake values, or under
         another cost model, call ``msched.peak_memory(sched.gm, example_inputs=...,
         cost_model=...)``."""
         try:
