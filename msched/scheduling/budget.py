@@ -28,11 +28,31 @@ from typing import Any
 from torch.fx import GraphModule, Node
 
 from msched.analysis.cost import CostModel
+from msched.analysis.nodes import INPUT_OPS
+from msched.analysis.sizes import SizeEvaluator, storage_bytes
 from msched.errors import InvalidArgumentError
-from msched.proof.memory import MemoryReport, peak_memory_with
+from msched.proof.memory import SMALL_SIZE, MemoryReport, peak_memory_with
 from msched.scheduling.assign import Assignment
 
-__all__ = ["BudgetChoice", "Candidate", "check_memory_budget", "choose_within_budget"]
+__all__ = ["BudgetChoice", "Candidate", "check_memory_budget", "choose_within_budget", "pin_sets"]
+
+
+def pin_sets(values: dict[Node, Any]) -> list[frozenset[Node]]:
+    """The sets of nodes a budget's intermediate candidates keep on stream 0: those that
+    allocate more than 1 MiB (side streams then hold only small 2 MiB segments), then
+    every node that allocates (side streams run only in-place work, such as captures);
+    distinct and non-empty, in that order."""
+    evaluate = SizeEvaluator(None)
+    sizes: dict[Node, int] = {}
+    for node, value in values.items():
+        if node.op in INPUT_OPS:
+            continue
+        items = value if isinstance(value, (list, tuple)) else (value,)
+        found = [storage_bytes(v, evaluate) for v in items]
+        sizes[node] = max((b for b in found if b), default=0)
+    large = frozenset(n for n, b in sizes.items() if b > SMALL_SIZE)
+    every = frozenset(n for n, b in sizes.items() if b)
+    return [p for i, p in enumerate((large, every)) if p and p not in (large, every)[:i]]
 
 
 def check_memory_budget(budget: object) -> float:

@@ -29,7 +29,12 @@ from msched.scheduling.assign import (
     serial_assignment,
     timetable_assignment,
 )
-from msched.scheduling.budget import Candidate, check_memory_budget, choose_within_budget
+from msched.scheduling.budget import (
+    Candidate,
+    check_memory_budget,
+    choose_within_budget,
+    pin_sets,
+)
 from msched.scheduling.codegen import direct_stream_calls
 from msched.scheduling.emit import plan_emission, relink
 from msched.scheduling.exact import OptimalMakespan, check_effort, solve_from
@@ -224,7 +229,8 @@ def schedule(
     memory = None
     if budget is not None:
         values = sized_values(gm, example_inputs)
-        candidates, optimal = _candidates(dag, num_streams, model, effort, limit)
+        pins = pin_sets(values)
+        candidates, optimal = _candidates(dag, num_streams, model, effort, limit, pins)
         chosen = _within_budget(gm, dag, candidates, budget, values, cost_model)
         assignment, (events, waits, streams), memory = chosen
     else:
@@ -261,12 +267,17 @@ def _unbudgeted(
 
 
 def _candidates(
-    dag: Dag, num_streams: int, model: CostModel, effort: str, limit: float
+    dag: Dag,
+    num_streams: int,
+    model: CostModel,
+    effort: str,
+    limit: float,
+    pins: list[frozenset[Node]],
 ) -> tuple[list[Candidate], OptimalMakespan | None]:
     """The schedules a budget chooses from (`msched.scheduling.budget`): the list schedules
     on ``num_streams`` down to 2 streams (the first through the exact mode with
-    ``effort="optimal"``), on one stream where collectives let it overlap, the original
-    order."""
+    ``effort="optimal"``), each also with the nodes of each of ``pins`` kept on stream 0;
+    on one stream where collectives let it overlap; the original order."""
     found: list[Candidate] = []
     optimal = None
     for count in range(num_streams, 1, -1):
@@ -274,6 +285,7 @@ def _candidates(
         if count == num_streams and effort == "optimal":
             listed, optimal = _optimal(dag, listed, model, limit)
         found.append(Candidate(listed))
+        found += [Candidate(assign_streams(dag, count, model, pinned=p)) for p in pins]
     serial = serial_assignment(dag, model)
     if serial.communication:
         found.append(Candidate(assign_streams(dag, 1, model)))
