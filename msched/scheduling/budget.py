@@ -7,15 +7,18 @@ schedule's ``reserved_bound`` (what the allocator may hold under any timing) at 
 the original order's.
 
 The rule, kept simple and sound: the candidates are the list schedules on ``k``, ``k - 1``,
-..., 2 streams, on one stream (only when the graph has asynchronous collectives: that one
+..., 2 streams, each also with the nodes of each of `pin_sets` kept on stream 0 (a pool per
+stream costs at least a segment; side streams that allocate only small blocks, or nothing,
+cost less), on one stream (only when the graph has asynchronous collectives: that one
 issues compute between a collective and its wait), and the original order on one stream.
 Each is emitted into the graph, priced with `msched.proof.memory.peak_memory_with` (sizes
 read or propagated once, before scheduling) and taken back out; the shortest (the most
 streams on a tie) whose ``reserved_bound`` is within the budget is kept.  Candidates are
-priced in that order and pricing stops at the first that fits, so a loose budget costs one
-pricing more than no budget.  The original order is the graph itself: its bound is the
-original's, so every budget >= 1.0 is met and the error for a budget nothing meets (it names
-the smallest ratio a candidate reached) guards only the unexpected.
+priced in order of makespan and pricing stops at the first that fits, so a loose budget
+costs two pricings more than no budget (the original order's and the first candidate's).
+The original order is the graph itself: its bound is the original's, so every budget >= 1.0
+is met and the error for a budget nothing meets (it names the smallest ratio a candidate
+reached) guards only the unexpected.
 """
 
 from __future__ import annotations

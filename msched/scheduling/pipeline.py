@@ -207,9 +207,10 @@ def schedule(
 
     ``memory_budget=r`` (a number >= 1.0; None, the default: no budget) keeps the
     schedule's ``reserved_bound`` (`msched.peak_memory`) at most ``r`` times the original
-    order's: of the list schedules on ``num_streams`` down to 2 streams, on one stream (with
-    asynchronous collectives) and the original order, the shortest within the budget runs
-    (`msched.scheduling.budget`; the original order always meets 1.0).  Sizes come from the
+    order's: of the list schedules on ``num_streams`` down to 2 streams (also with the
+    allocating nodes kept on stream 0), on one stream (with asynchronous collectives) and
+    the original order, the shortest within the budget runs (`msched.scheduling.budget`;
+    the original order always meets 1.0).  Sizes come from the
     nodes' fake values, else are propagated from ``example_inputs`` (read only with a
     budget); ``Schedule.memory`` is then the chosen schedule's report under ``cost_model``.
     Without a budget nothing is priced.
