@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         assert_capture_safe,
         assert_captures_precede_output,
         assert_exit_waits_on,
+        assert_peak_memory,
         assert_race_free,
         assert_survives_recompile,
     )
@@ -29,6 +30,7 @@ __all__ = [
     "assert_capture_safe",
     "assert_captures_precede_output",
     "assert_exit_waits_on",
+    "assert_peak_memory",
     "assert_race_free",
     "assert_survives_recompile",
 ]
@@ -40,6 +42,7 @@ _HOMES = {
     "assert_capture_safe": "pytest_msched.assertions",
     "assert_captures_precede_output": "pytest_msched.assertions",
     "assert_exit_waits_on": "pytest_msched.assertions",
+    "assert_peak_memory": "pytest_msched.assertions",
     "assert_race_free": "pytest_msched.assertions",
     "assert_survives_recompile": "pytest_msched.assertions",
 }

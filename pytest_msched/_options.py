@@ -58,7 +58,9 @@ class Settings:
     ``scheduler``, the default of the ``msched_scheduler`` fixture (`msched.schedule`);
     ``dialect``, the default of the ``msched_dialect`` fixture (``None``: detect);
     ``cuda_graph``, whether ``schedule_graph`` also checks that the schedule can be captured
-    as a CUDA graph (``msched.verify(..., cuda_graph=True)``; default False).
+    as a CUDA graph (``msched.verify(..., cuda_graph=True)``; default False);
+    ``memory_budget``, the ``memory_budget`` of ``schedule_graph`` (a ratio >= 1.0 of the
+    original order's ``reserved_bound``; ``None``, the default: no budget).
     """
 
     streams: tuple[int, ...]
@@ -67,6 +69,7 @@ class Settings:
     scheduler: Scheduler
     dialect: Dialect | None = None
     cuda_graph: bool = False
+    memory_budget: float | None = None
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -127,6 +130,16 @@ def add_options(parser: pytest.Parser) -> None:
         "(msched.verify(..., cuda_graph=True): capture-sync, capture-fork, capture-join); "
         "the flag alone means on (default: ini msched_cuda_graph, then off)",
     )
+    group.addoption(
+        "--msched-memory-budget",
+        dest="msched_memory_budget",
+        default=None,
+        metavar="RATIO",
+        help="schedule_graph keeps each schedule's reserved_bound within RATIO (>= 1.0) times "
+        "the original order's: msched.schedule(..., memory_budget=RATIO), and another "
+        "scheduler's result is checked against it; none: no budget (default: ini "
+        "msched_memory_budget, then none)",
+    )
     parser.addini(
         "msched_streams",
         "stream counts of multistream tests, e.g. 2,3 (overridden by --msched-streams)",
@@ -151,6 +164,12 @@ def add_options(parser: pytest.Parser) -> None:
         default="",
     )
     parser.addini(
+        "msched_memory_budget",
+        "the memory budget of schedule_graph, a ratio >= 1.0 of the original order's "
+        "reserved_bound, or none (overridden by --msched-memory-budget)",
+        default="",
+    )
+    parser.addini(
         "msched_cuda_graph",
         "on: schedule_graph also checks the CUDA-graph capture rules (overridden by "
         "--msched-cuda-graph)",
@@ -169,6 +188,25 @@ def parse_cuda_graph(text: str) -> bool:
     if word not in CUDA_GRAPH_WORDS:
         raise ValueError("expected on or off")
     return CUDA_GRAPH_WORDS[word]
+
+
+def parse_memory_budget(text: str) -> float | None:
+    """A ratio >= 1.0 (`msched.scheduling.budget.check_memory_budget`), or ``none``;
+    `ValueError` otherwise."""
+    from msched.errors import InvalidArgumentError
+    from msched.scheduling.budget import check_memory_budget
+
+    word = text.strip().lower()
+    if word == "none":
+        return None
+    try:
+        return check_memory_budget(float(word))
+    except ValueError:
+        raise ValueError("expected a ratio >= 1.0, e.g. 1.25, or none") from None
+    except InvalidArgumentError:
+        raise ValueError(
+            "expected a ratio >= 1.0 of the original order's memory, or none"
+        ) from None
 
 
 def parse_streams(value: object) -> tuple[int, ...]:
@@ -331,6 +369,7 @@ OPTION_NAMES = (
     "msched_scheduler",
     "msched_dialect",
     "msched_cuda_graph",
+    "msched_memory_budget",
 )
 
 
@@ -359,6 +398,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
     scheduler = _resolved(config, "msched_scheduler", parse_scheduler)
     dialect = _resolved(config, "msched_dialect", parse_dialect)
     cuda_graph = _resolved(config, "msched_cuda_graph", parse_cuda_graph)
+    memory_budget = _resolved(config, "msched_memory_budget", parse_memory_budget)
     return Settings(
         streams=streams or DEFAULT_STREAMS,
         verify=verify or "strict",
@@ -366,4 +406,5 @@ def resolve_settings(config: pytest.Config) -> Settings:
         scheduler=scheduler or msched.schedule,
         dialect=dialect,
         cuda_graph=bool(cuda_graph),
+        memory_budget=memory_budget,
     )

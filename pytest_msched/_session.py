@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -210,12 +210,15 @@ class MschedSession:
         cost_model: CostModel | None,
         scheduler: checks.Scheduler | None = None,
         dialect: Dialect | str | None = None,
+        example_inputs: Sequence[Any] | None = None,
     ) -> checks.ScheduleCheck | checks.SchedulerFailure:
         """Schedule ``gm`` with ``scheduler`` (None: `msched.schedule`) and, unless ``verify``
         is off, verify it (read in ``dialect``, the configured one, unless msched made the
         result; see `msched.testing.checks.resolve_dialect`), with the capture rules when
         ``cuda_graph`` is on, for the test ``nodeid``; count
-        it in the summary and keep it for a dump.
+        it in the summary and keep it for a dump.  With a memory budget
+        (``msched_memory_budget``) `msched.schedule` keeps within it (sizes from the graph or
+        ``example_inputs``) and another scheduler's result is checked against it.
 
         A scheduler that raises or returns something that cannot be read gives the
         `msched.testing.checks.SchedulerFailure` naming it (nothing is counted then).
@@ -231,6 +234,8 @@ class MschedSession:
             scheduler=scheduler,
             dialect=dialect,
             cuda_graph=self.settings.cuda_graph,
+            memory_budget=self.settings.memory_budget,
+            example_inputs=example_inputs,
         )
         if isinstance(check, checks.SchedulerFailure):
             return check

@@ -23,11 +23,13 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
+from msched.analysis.cost import CostModel
 from msched.analysis.nodes import node_named
 from msched.proof.capture import CAPTURE_KINDS
 from msched.proof.dialects import Dialect
 from msched.proof.interpreter import interpret
 from msched.proof.verifier import verify
+from msched.scheduling.pipeline import Schedule
 from msched.testing.checks import (
     capture_columns,
     excerpt,
@@ -39,6 +41,7 @@ from msched.testing.checks import (
 
 # Imported under the name the assertion shows: pytest prints ``where False = _exit_joins(...)``.
 from msched.testing.checks import exit_joins as _exit_joins
+from msched.testing.memory_checks import check_limit, memory_problem
 from pytest_msched._reading import configured_dialect
 
 
@@ -258,3 +261,38 @@ def assert_capture_safe(gm: GraphModule, dialect: Dialect | str | None = None) -
         + "\n"
         + excerpt(gm, [n for v in faults for n in v.nodes], dialect=read)
     )
+
+
+def assert_peak_memory(
+    gm_or_sched: GraphModule | Schedule,
+    at_most: int | float,
+    *,
+    original: GraphModule | None = None,
+    example_inputs: Sequence[Any] | None = None,
+    cost_model: CostModel | None = None,
+    dialect: Dialect | str | None = None,
+) -> None:
+    """The schedule's ``reserved_bound`` (`msched.peak_memory`: what the caching allocator
+    may hold under any timing) is at most ``at_most``: bytes (an int), or a ratio (a float
+    >= 1.0) of the original order's, the original being ``Schedule.original`` or
+    ``original=``.  Sizes come from the graph's fake values, else from ``example_inputs``.
+    A failure gives both figures, the ratio and each stream pool's bound.
+    """
+    __tracebackhide__ = True
+    check_limit(at_most)
+    if isinstance(gm_or_sched, Schedule):
+        gm = gm_or_sched.gm
+        if original is None and isinstance(at_most, float):
+            original = gm_or_sched.original
+    else:
+        gm = gm_or_sched
+    read = _reading(gm, dialect)
+    problem = memory_problem(
+        gm,
+        at_most,
+        original=original,
+        example_inputs=example_inputs,
+        cost_model=cost_model,
+        dialect=read,
+    )
+    assert problem is None, problem

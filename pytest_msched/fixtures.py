@@ -18,7 +18,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -104,7 +104,8 @@ def schedule_graph(
     msched_scheduler: checks.Scheduler,
     msched_dialect: msched.Dialect | str | None,
 ) -> Callable[..., msched.Schedule]:
-    """``schedule_graph(gm, cost_model=None) -> Schedule`` on ``num_streams`` streams.
+    """``schedule_graph(gm, cost_model=None, *, example_inputs=None) -> Schedule`` on
+    ``num_streams`` streams.
 
     Keeps a copy of ``gm`` as the original, runs ``msched_scheduler(gm, num_streams)``,
     verifies the result (read in ``msched_dialect``) against the original and fails the test
@@ -117,16 +118,27 @@ def schedule_graph(
     from the graph it made (`msched.read_schedule`, under ``cost_model``).
     The graph is counted in the terminal summary and dumped by ``--msched-dump`` if the
     test fails.
+
+    With a memory budget (``--msched-memory-budget`` or the ini option
+    ``msched_memory_budget``, a ratio >= 1.0 of the original order's ``reserved_bound``)
+    `msched.schedule` runs with ``memory_budget=`` and another scheduler's result fails the
+    test when over it; sizes come from the graph's fake values, else from
+    ``example_inputs`` (read only with a budget).
     """
     from msched.testing import checks
 
     session = MschedSession.of(request.config)
     nodeid = request.node.nodeid
 
-    def schedule_graph(gm: GraphModule, cost_model: CostModel | None = None) -> msched.Schedule:
+    def schedule_graph(
+        gm: GraphModule,
+        cost_model: CostModel | None = None,
+        *,
+        example_inputs: Sequence[Any] | None = None,
+    ) -> msched.Schedule:
         dialect = _checked_fixtures(msched_scheduler, msched_dialect)
         check = session.schedule_graph(
-            nodeid, gm, num_streams, cost_model, msched_scheduler, dialect
+            nodeid, gm, num_streams, cost_model, msched_scheduler, dialect, example_inputs
         )
         if check.failure:
             pytest.fail(check.failure, pytrace=False)

@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -183,8 +183,49 @@ def peak_memory(
     given, for a bad cost model or a ``sizes`` name the graph does not have, and
     `msched.InvalidGraphError` for a graph that cannot be read.
     """
-    graph = graph_of(gm)
     check_cost_model(cost_model)
+    return _report(
+        gm, cost_model, dialect, lambda needed: node_values(gm, needed, example_inputs), sizes
+    )
+
+
+def sized_values(gm: GraphModule, example_inputs: Sequence[Any] | None) -> dict[Node, Any]:
+    """The values (fake tensors, tensor metadata) `peak_memory` reads of the unscheduled
+    ``gm``: its inputs' and every node's that may allocate, from the nodes' fake values or
+    propagated once from ``example_inputs``.  A scheduler prices its candidates with them
+    (`peak_memory_with`): scheduling keeps the nodes, so the same values serve every one."""
+    graph = graph_of(gm)
+    program = interpret(graph, None)
+    effects = scheduled_effects(graph, program.passthrough)
+    order = _host_order(graph, program)
+    fresh = _fresh_nodes(order, program, effects)
+    inputs = [n for n in order if n.op in INPUT_OPS]
+    return node_values(gm, [*inputs, *fresh], example_inputs)
+
+
+def peak_memory_with(
+    gm: GraphModule, values: Mapping[Node, Any], cost_model: CostModel | None = None
+) -> MemoryReport:
+    """`peak_memory` of a graph msched scheduled, with the ``values`` of `sized_values`
+    (taken before it was scheduled) instead of reading or propagating them again."""
+
+    def known(needed: Sequence[Node]) -> dict[Node, Any]:
+        missing = [n for n in needed if n not in values]
+        found = node_values(gm, missing, None) if missing else {}
+        return {n: values[n] if n in values else found[n] for n in needed}
+
+    return _report(gm, cost_model, "msched", known, None)
+
+
+def _report(
+    gm: GraphModule | Graph,
+    cost_model: CostModel | None,
+    dialect: Dialect | str | None,
+    values_of: Callable[[Sequence[Node]], Mapping[Node, Any]],
+    sizes: Mapping[str, int] | None,
+) -> MemoryReport:
+    """`peak_memory`'s steps, the values of the needed nodes from ``values_of``."""
+    graph = graph_of(gm)
     check_acyclic(graph)
     program = interpret(graph, dialect)
     clocks = clocks_of(program)
@@ -193,7 +234,7 @@ def peak_memory(
     order = _host_order(graph, program)
     fresh = _fresh_nodes(order, program, effects)
     inputs = [n for n in order if n.op in INPUT_OPS]
-    values = node_values(gm, [*inputs, *fresh], example_inputs)
+    values = values_of([*inputs, *fresh])
     evaluate = SizeEvaluator(sizes)
     blocks = _blocks(order, fresh, values, effects, program, evaluate)
     baseline = _baseline(inputs, values, effects, evaluate)

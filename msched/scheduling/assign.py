@@ -175,7 +175,11 @@ PASSES = ("reversed top level", "reversed first-pass finish")
 
 
 def assign_streams(
-    dag: Dag, num_streams: int, cost_model: CostModel, passes: tuple[str, ...] = PASSES
+    dag: Dag,
+    num_streams: int,
+    cost_model: CostModel,
+    passes: tuple[str, ...] = PASSES,
+    pinned: frozenset[Node] = frozenset(),
 ) -> Assignment:
     """Assign every node of ``dag`` to one of ``num_streams`` streams.
 
@@ -193,7 +197,9 @@ def assign_streams(
        captures still go into the first gap after their producer.  ``passes=()`` runs the
        first pass only (benchmarks compare them).
 
-    The rule that placed each node is its `Placement` in ``reasons``.
+    The rule that placed each node is its `Placement` in ``reasons``.  The nodes of
+    ``pinned`` that cost something run on stream 0 only (a memory budget keeps the large
+    allocations in stream 0's pool: `msched.scheduling.budget`).
     """
     unknown = [p for p in passes if p not in PASSES]
     if unknown:
@@ -202,7 +208,7 @@ def assign_streams(
         )
     cost, comm = split_communication(dag.nodes, node_costs(dag, cost_model))
     level = bottom_levels(dag, cost, comm)
-    best = _forward_pass(dag, num_streams, cost, level, comm)
+    best = _forward_pass(dag, num_streams, cost, level, comm, pinned)
     critical = max(level.values(), default=0.0)
     bound = makespan_lower_bound(
         dag.nodes, dag.preds, cost, num_streams, best.makespan, critical=critical, comm=comm
@@ -212,7 +218,7 @@ def assign_streams(
     for name in passes if best.makespan > bound else ():
         priority = top_levels(dag, latency) if name == PASSES[0] else first
         backward = _reversed_finish(dag, num_streams, latency, priority)
-        candidate = _forward_pass(dag, num_streams, cost, backward, comm)
+        candidate = _forward_pass(dag, num_streams, cost, backward, comm, pinned)
         if candidate.makespan < best.makespan:
             best = candidate
     collectives = comm.collectives if comm is not None else ()
@@ -225,6 +231,7 @@ def _forward_pass(
     cost: dict[Node, float],
     priority: dict[Node, float],
     comm: Communication | None = None,
+    pinned: frozenset[Node] = frozenset(),
 ) -> _Placed:
     placed = _Placed({}, {}, {}, {}, [], {})
     stream, start, finish, reasons = placed.stream, placed.start, placed.finish, placed.reasons
@@ -232,7 +239,7 @@ def _forward_pass(
         if node.op in INPUT_OPS:
             stream[node], start[node], finish[node] = 0, 0.0, 0.0
             reasons[node] = Placement(INPUT, priority=priority[node])
-    _list_schedule(dag, num_streams, cost, priority, placed, comm)
+    _list_schedule(dag, num_streams, cost, priority, placed, comm, pinned)
     _place_output(dag, priority, placed)
     return placed
 
@@ -463,14 +470,16 @@ class _Placed:
         return max(self.finish.values(), default=0.0)
 
 
-# Over ruff's statement limit (PLR0915, 34 > 30): to split, the issuer's branches into _Issuer.
-def _list_schedule(  # noqa: PLR0915
+# Over ruff's statement limit (PLR0915, 34 > 30) and complexity limit (C901, 11 > 10): to
+# split, the issuer's branches into _Issuer.
+def _list_schedule(  # noqa: PLR0915, C901
     dag: Dag,
     num_streams: int,
     cost: dict[Node, float],
     level: dict[Node, float],
     placed: _Placed,
     comm: Communication | None = None,
+    pinned: frozenset[Node] = frozenset(),
 ) -> None:
     """Place every compute node (step 2-3 of `assign_streams`), appending to
     ``placed.picked``; with ``comm``, collectives and waits by `_Issuer`."""
@@ -494,6 +503,8 @@ def _list_schedule(  # noqa: PLR0915
         c = cost[node]
         if issuer is not None and node in issuer.special:
             s, t, rule, producer, est, tied = issuer.place(node, preds[node], c)
+        elif pinned and c and node in pinned:
+            s, t, rule, producer, est, tied = _place_on_first(preds[node], c, lanes, stream, finish)
         else:
             s, t, rule, producer, est, tied = _place(preds[node], c, lanes, stream, finish)
         ends = lanes[s].ends
@@ -605,6 +616,20 @@ def _place(  # noqa: C901
     ends = lanes[affinity].ends
     here = est if not ends or ends[-1] <= est else lanes[affinity].earliest(est, cost)
     return _best_lane(lanes, affinity, here, est, cost, producer, tied)
+
+
+def _place_on_first(
+    deps: dict[Node, int],
+    cost: float,
+    lanes: list[_Lane],
+    stream: dict[Node, int],
+    finish: dict[Node, float],
+) -> tuple[int, float, str, Node | None, float, bool]:
+    """`_place` for a node pinned to stream 0: its earliest gap there."""
+    affinity, est, _, producer, _, tied = _place(deps, 0.0, lanes, stream, finish)
+    t = lanes[0].earliest(est, cost)
+    rule = AFFINITY if affinity == 0 and t == est else FIRST_FREE if t == est else EARLIEST_GAP
+    return 0, t, rule, producer, est, tied
 
 
 def _place_after(

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -20,7 +20,7 @@ from msched.analysis.nodes import node_named
 from msched.errors import InvalidArgumentError, InvalidGraphError
 from msched.limits import check_flag, check_num_streams
 from msched.proof.dialects import Dialect, mark_made
-from msched.proof.memory import MemoryReport, peak_memory
+from msched.proof.memory import MemoryReport, peak_memory, sized_values
 from msched.proof.scheduled import read_summary
 from msched.proof.summary import Summarized, Summary
 from msched.scheduling.assign import (
@@ -28,6 +28,12 @@ from msched.scheduling.assign import (
     assign_streams,
     serial_assignment,
     timetable_assignment,
+)
+from msched.scheduling.budget import (
+    Candidate,
+    check_memory_budget,
+    choose_within_budget,
+    pin_sets,
 )
 from msched.scheduling.codegen import direct_stream_calls
 from msched.scheduling.emit import plan_emission, relink
@@ -94,7 +100,9 @@ class Schedule(Summarized[float]):
     def memory(self) -> MemoryReport:
         """`msched.peak_memory` of the scheduled module, read from its nodes' fake values
         (``meta["val"]``, ...) under the default cost model; computed on first use, then kept
-        (the graph is read as it is then).  For a graph without fake values, or under
+        (the graph is read as it is then).  A schedule made with a ``memory_budget`` has
+        it already: the report its choice was priced with (sizes from ``example_inputs``
+        where given, under its ``cost_model``).  For a graph without fake values, or under
         another cost model, call ``msched.peak_memory(sched.gm, example_inputs=...,
         cost_model=...)``."""
         try:
@@ -169,6 +177,8 @@ def schedule(
     exit_edges: bool = True,
     effort: str = "fast",
     time_limit: float = 10.0,
+    memory_budget: float | None = None,
+    example_inputs: Sequence[Any] | None = None,
 ) -> Schedule:
     """Schedule ``gm`` onto ``num_streams`` streams, rewriting ``gm.graph`` in place.
 
@@ -196,6 +206,16 @@ def schedule(
     optimal), on one stream too when the graph has asynchronous collectives (their overlap
     depends on the order).  ``effort="fast"`` (the default) runs the list schedule only.
 
+    ``memory_budget=r`` (a number >= 1.0; None, the default: no budget) keeps the
+    schedule's ``reserved_bound`` (`msched.peak_memory`) at most ``r`` times the original
+    order's: of the list schedules on ``num_streams`` down to 2 streams (also with the
+    allocating nodes kept on stream 0), on one stream (with asynchronous collectives) and
+    the original order, the shortest within the budget runs (`msched.scheduling.budget`;
+    the original order always meets 1.0).  Sizes come from the
+    nodes' fake values, else are propagated from ``example_inputs`` (read only with a
+    budget); ``Schedule.memory`` is then the chosen schedule's report under ``cost_model``.
+    Without a budget nothing is priced.
+
     ``exit_edges=False``, an ablation for tests and benchmarks, builds the Dag without exit
     edges: it reproduces the Eagle3 bug msched exists to prevent, which `msched.verify` reports.
     ``exit_edges`` is True or False; anything else is an `msched.InvalidArgumentError`.
@@ -203,29 +223,109 @@ def schedule(
     _check_arguments(gm, num_streams, cost_model)
     check_flag(exit_edges, "exit_edges")
     limit = check_effort(effort, time_limit)
+    budget = None if memory_budget is None else check_memory_budget(memory_budget)
     dag = build_dag(gm, exit_edges=exit_edges)
     _check_unscheduled(gm.graph)
     model = cost_model or DefaultCostModel()
     original = _GraphSnapshot.of(gm.graph)
+    memory = None
+    if budget is not None:
+        values = sized_values(gm, example_inputs)
+        pins = pin_sets(values)
+        candidates, optimal = _candidates(dag, num_streams, model, effort, limit, pins)
+        chosen = _within_budget(gm, dag, candidates, budget, values, cost_model)
+        assignment, (events, waits, streams), memory = chosen
+    else:
+        assignment, (events, waits, streams), optimal = _unbudgeted(
+            gm, dag, num_streams, model, effort, limit
+        )
+    mark_made(gm, "msched")
+    summary = Summary(num_streams, events, waits, assignment.makespan, assignment.lower_bound)
+    result = Schedule(gm, streams, summary, assignment, original, optimal=optimal)
+    if memory is not None:  # priced already: Schedule.memory need not read the graph
+        result.__dict__["memory"] = memory
+    return result
+
+
+def _unbudgeted(
+    gm: GraphModule, dag: Dag, num_streams: int, model: CostModel, effort: str, limit: float
+) -> tuple[Assignment, tuple[int, int, dict[Node, int]], OptimalMakespan | None]:
+    """The schedule without a budget, emitted: the list schedule (or the exact mode's), on
+    one stream the original order unless reordering collectives makes it shorter."""
     optimal = None
     if num_streams == 1:
         assignment = serial_assignment(dag, model)
-        events, waits, streams = 0, 0, dict.fromkeys(dag.nodes, 0)
+        emitted = (0, 0, dict.fromkeys(dag.nodes, 0))
         if assignment.communication:  # reordered, compute can run under communication
             listed = assign_streams(dag, 1, model)
             if effort == "optimal":
                 listed, optimal = _optimal(dag, listed, model, limit)
             if listed.makespan < assignment.makespan:
                 assignment = listed
-                events, waits, streams = _rewrite(gm, dag, assignment)
-    else:
-        assignment = assign_streams(dag, num_streams, model)
-        if effort == "optimal":
-            assignment, optimal = _optimal(dag, assignment, model, limit)
-        events, waits, streams = _rewrite(gm, dag, assignment)
-    mark_made(gm, "msched")
-    summary = Summary(num_streams, events, waits, assignment.makespan, assignment.lower_bound)
-    return Schedule(gm, streams, summary, assignment, original, optimal=optimal)
+                emitted = _rewrite(gm, dag, assignment)
+        return assignment, emitted, optimal
+    assignment = assign_streams(dag, num_streams, model)
+    if effort == "optimal":
+        assignment, optimal = _optimal(dag, assignment, model, limit)
+    return assignment, _rewrite(gm, dag, assignment), optimal
+
+
+def _candidates(
+    dag: Dag,
+    num_streams: int,
+    model: CostModel,
+    effort: str,
+    limit: float,
+    pins: list[frozenset[Node]],
+) -> tuple[list[Candidate], OptimalMakespan | None]:
+    """The schedules a budget chooses from (`msched.scheduling.budget`): the list schedules
+    on ``num_streams`` down to 2 streams (the first through the exact mode with
+    ``effort="optimal"``), each also with the nodes of each of ``pins`` kept on stream 0;
+    on one stream where collectives let it overlap; the original order."""
+    found: list[Candidate] = []
+    optimal = None
+    for count in range(num_streams, 1, -1):
+        listed = assign_streams(dag, count, model)
+        if count == num_streams and effort == "optimal":
+            listed, optimal = _optimal(dag, listed, model, limit)
+        found.append(Candidate(listed))
+        found += [Candidate(assign_streams(dag, count, model, pinned=p)) for p in pins]
+    serial = serial_assignment(dag, model)
+    if serial.communication:
+        found.append(Candidate(assign_streams(dag, 1, model)))
+    found.append(Candidate(serial, emitted=False))
+    return found, optimal
+
+
+def _within_budget(
+    gm: GraphModule,
+    dag: Dag,
+    candidates: list[Candidate],
+    budget: float,
+    values: dict[Node, Any],
+    cost_model: CostModel | None,
+) -> tuple[Assignment, tuple[int, int, dict[Node, int]], MemoryReport]:
+    """Price ``candidates`` in ``gm`` and keep the shortest within ``budget`` emitted."""
+    codegen = codegen_of(gm.graph)
+    emitted: list[tuple[int, int, dict[Node, int]]] = []
+
+    def emit(assignment: Assignment) -> None:
+        emitted.append(_rewrite(gm, dag, assignment))
+
+    def take_back() -> None:
+        gm.graph.set_codegen(codegen)
+        _restore(gm, dag.nodes)
+
+    try:
+        chosen = choose_within_budget(gm, candidates, budget, values, cost_model, emit, take_back)
+    except BaseException:
+        if emitted and any(n not in dag.index for n in gm.graph.nodes):
+            take_back()
+        raise
+    if chosen.emitted:
+        return chosen.candidate.assignment, emitted[-1], chosen.memory
+    serial = (0, 0, dict.fromkeys(dag.nodes, 0))
+    return chosen.candidate.assignment, serial, chosen.memory
 
 
 def read_schedule(

@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import functools
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,7 @@ from msched.proof.interpreter import interpret
 from msched.proof.verifier import Report, verify
 from msched.scheduling import pipeline
 from msched.scheduling.pipeline import Schedule, schedule
+from msched.testing.memory_checks import memory_problem
 
 #: Lines shown before and after each focus node of an `excerpt`.
 RADIUS = 3
@@ -208,6 +209,8 @@ def schedule_and_verify(
     scheduler: Scheduler | None = None,
     dialect: Dialect | str | None = None,
     cuda_graph: bool = False,
+    memory_budget: float | None = None,
+    example_inputs: Sequence[Any] | None = None,
 ) -> ScheduleCheck | SchedulerFailure:
     """Schedule ``gm`` on ``num_streams`` streams; with ``strict``, `msched.verify` the result
     against the original graph (and, with ``cuda_graph``, the CUDA-graph capture rules).
@@ -220,13 +223,23 @@ def schedule_and_verify(
     the configured dialect of scheduled graphs (``None``: detected from their ops); a graph
     msched made is read in its own (`resolve_dialect`).  Verification also
     checks that the graph uses at most ``num_streams`` streams.
+
+    ``memory_budget`` (a ratio >= 1.0; None: none) is `msched.schedule`'s, with
+    ``example_inputs`` for the sizes; another scheduler's result is checked against it
+    (`msched.testing.memory_checks.memory_problem`), a `SchedulerFailure` when over.
     """
     original: GraphModule | Graph | None = None
     if is_msched_schedule(scheduler):
         # The graph as it was, to verify against: `Schedule.original` would also generate and
         # compile the code of a module nobody runs.
         original = copy_graph(gm.graph) if strict else None
-        sched = schedule(gm, num_streams, cost_model)
+        sched = schedule(
+            gm,
+            num_streams,
+            cost_model,
+            memory_budget=memory_budget,
+            example_inputs=example_inputs if memory_budget is not None else None,
+        )
         run = ScheduleCheck(sched, None, resolve_dialect(sched.gm, configured=dialect))
     else:
         assert scheduler is not None
@@ -234,6 +247,10 @@ def schedule_and_verify(
         if isinstance(outcome, SchedulerFailure):
             return outcome
         run = outcome
+        if memory_budget is not None:
+            over = _over_budget(run, memory_budget, example_inputs, cost_model, scheduler)
+            if over is not None:
+                return over
     if not strict:
         return run
     sched = run.schedule
@@ -251,6 +268,34 @@ def schedule_and_verify(
             f"be verified: {error}"
         )
     return ScheduleCheck(sched, report, run.dialect)
+
+
+def _over_budget(
+    run: ScheduleCheck,
+    budget: float,
+    example_inputs: Sequence[Any] | None,
+    cost_model: CostModel | None,
+    scheduler: Scheduler,
+) -> SchedulerFailure | None:
+    """The failure of a scheduler whose schedule is over the memory ``budget``."""
+    sched = run.schedule
+    try:
+        problem = memory_problem(
+            sched.gm,
+            budget,
+            original=sched.original,
+            example_inputs=example_inputs,
+            cost_model=cost_model,
+            dialect=run.dialect,
+        )
+    except MschedError as error:
+        problem = f"its memory cannot be priced: {error}"
+    if problem is None:
+        return None
+    return SchedulerFailure(
+        f"the scheduler {scheduler_name(scheduler)} breaks msched_memory_budget={budget:g}: "
+        + problem
+    )
 
 
 def violation_message(gm: GraphModule, report: Report, dialect: Dialect | str | None = None) -> str:

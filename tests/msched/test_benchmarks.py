@@ -166,3 +166,26 @@ def test_the_gpu_cuda_graphs_benchmark_imports_and_skips_on_cpu(capsys) -> None:
         pytest.skip("a CUDA device is present: run the benchmark itself")
     assert module.main([]) == 0
     assert "needs a CUDA device" in capsys.readouterr().out
+
+
+def test_memory_benchmark_prints_the_trade_off() -> None:
+    command = [sys.executable, str(BENCHMARKS / "bench_memory.py"), "--fast"]
+    command += ["--streams", "1,2", "--budgets", "none,1.0"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr  # it exits with an error over a budget or unsound
+    lines = run.stdout.splitlines()
+    header = lines[1].split()
+    assert header == [
+        "graph", "streams", "budget", "makespan", "ratio", "bound", "reserved", "allocated"
+    ]  # fmt: skip
+    rows = [line.split() for line in lines[2:]]
+    graphs = ["dense", "moe", "tp", "ep", "tp-2mb"]
+    expected = [[g, k, b] for g in graphs for k, b in [("orig", "-")] + [
+        (k, b) for k in ("1", "2") for b in ("none", "1")
+    ]]  # fmt: skip
+    assert [r[:3] for r in rows] == expected
+    for row in rows:
+        if row[2] == "1":
+            assert float(row[5]) <= 1.0  # the bound within the budget
+        if row[1] == "2" and row[2] == "none":
+            assert float(row[5]) > 1.0  # the budget had something to do

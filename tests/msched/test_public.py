@@ -122,3 +122,15 @@ def test_peak_memory_takes_its_options_by_keyword_and_returns_a_frozen_report() 
     assert msched.MemoryReport.__dataclass_params__.frozen
     assert dataclasses.is_dataclass(msched.MemoryReport)
     assert typing.get_type_hints(msched.Schedule.memory.func)["return"] is msched.MemoryReport
+
+
+def test_schedule_takes_a_memory_budget_by_keyword_and_the_plugin_asserts_peaks() -> None:
+    import pytest_msched
+
+    parameters = inspect.signature(msched.schedule).parameters
+    for name in ("memory_budget", "example_inputs"):
+        assert parameters[name].kind is inspect.Parameter.KEYWORD_ONLY
+        assert parameters[name].default is None
+    assert "assert_peak_memory" in pytest_msched.__all__
+    helper = inspect.signature(pytest_msched.assert_peak_memory).parameters
+    assert list(helper)[:2] == ["gm_or_sched", "at_most"]

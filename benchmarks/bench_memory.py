@@ -1,0 +1,97 @@
+"""The makespan-memory trade-off of `msched.schedule`'s ``memory_budget``, per stream count.
+
+Graphs (`msched.models.decoders.decoder_stack`, the sizes of issue 42): ``dense``, 6 layers,
+hidden 64, 32 tokens; ``moe``, 12 layers, hidden 256, 64 tokens; the sharded stacks on rank 0
+of 2 (functional collectives; building, scheduling and pricing them needs no process group),
+4 layers, hidden 1024, 1024 tokens: ``tp`` (tensor parallel), ``ep`` (expert-parallel MoE,
+all-to-all dispatch and combine), ``tp-2mb`` (tensor parallel, two micro-batches).  Sizes are
+propagated from each stack's example inputs.  Costs are `msched.DefaultCostModel`'s.
+
+For each graph, stream count (1-3) and budget (none, 1.0, 1.1, 1.25, 1.5) it prints the
+makespan (cost-model units) and `msched.peak_memory`'s ``reserved_bound``, ``reserved`` and
+``allocated`` of the schedule, each as a ratio to the original order's, measured in the same
+run (first row of each graph, ``orig``: the figures in MiB).  No timing.
+
+Run: ``python benchmarks/bench_memory.py [--fast] [--graphs dense,moe,...] [--streams 1,2,3]
+[--budgets none,1.0,1.1,1.25,1.5]``; ``--fast`` uses 2 layers and small sizes (the smoke
+test's).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import msched
+from msched.models.decoders import DecoderStack, decoder_stack
+
+MIB = 1024 * 1024
+GRAPHS: dict[str, dict[str, Any]] = {
+    "dense": dict(n_layers=6, capture_layers=(1, 3, 5), hidden=64, tokens=32),
+    "moe": dict(n_layers=12, capture_layers=(1, 5, 11), hidden=256, tokens=64, moe=True),
+    "tp": dict(n_layers=4, capture_layers=(1, 3), hidden=1024, tokens=1024, tp=2, rank=0),
+    "ep": dict(n_layers=4, capture_layers=(1, 3), hidden=1024, tokens=1024, moe=True, ep=2, rank=0),
+    "tp-2mb": dict(
+        n_layers=4, capture_layers=(1, 3), hidden=1024, tokens=1024, tp=2, microbatches=2, rank=0
+    ),
+}
+FAST = dict(n_layers=2, capture_layers=(0, 1), hidden=64, tokens=32)
+HEADER = ["graph", "streams", "budget", "makespan", "ratio", "bound", "reserved", "allocated"]
+
+
+def build(name: str, fast: bool) -> DecoderStack:
+    kwargs = dict(GRAPHS[name])
+    if fast:
+        kwargs.update(FAST)
+    return decoder_stack(**kwargs)
+
+
+def original_row(name: str, fast: bool) -> tuple[float, msched.MemoryReport]:
+    stack = build(name, fast)
+    serial = msched.simulate(stack.gm).makespan
+    return serial, msched.peak_memory(stack.gm, example_inputs=stack.example_inputs())
+
+
+def row(name: str, fast: bool, streams: int, budget: float | None) -> tuple[float, Any]:
+    stack = build(name, fast)
+    inputs = stack.example_inputs()
+    sched = msched.schedule(stack.gm, streams, memory_budget=budget, example_inputs=inputs)
+    if not msched.verify(sched.gm, original=sched.original).ok:
+        raise SystemExit(f"{name} on {streams} streams, budget {budget}: verify failed")
+    return sched.makespan, msched.peak_memory(stack.gm, example_inputs=inputs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fast", action="store_true", help="2 layers, small sizes")
+    parser.add_argument("--graphs", default=",".join(GRAPHS), help="comma-separated")
+    parser.add_argument("--streams", default="1,2,3", help="stream counts, comma-separated")
+    parser.add_argument("--budgets", default="none,1.0,1.1,1.25,1.5", help="comma-separated")
+    args = parser.parse_args()
+    counts = [int(s) for s in args.streams.split(",")]
+    budgets = [None if b == "none" else float(b) for b in args.budgets.split(",")]
+    print("ratios to the original order (orig rows: makespan in cost units, memory in MiB)")
+    print("".join(f"{h:>11}" for h in HEADER))
+    for name in args.graphs.split(","):
+        serial, base = original_row(name, args.fast)
+        figures = (base.reserved_bound, base.reserved, base.allocated)
+        cells = [name, "orig", "-", f"{serial:g}", "1.000", *(f"{f / MIB:.2f}" for f in figures)]
+        print("".join(f"{c:>11}" for c in cells))
+        for k in counts:
+            for budget in budgets:
+                makespan, mem = row(name, args.fast, k, budget)
+                ratios = (
+                    mem.reserved_bound / base.reserved_bound,
+                    mem.reserved / base.reserved,
+                    mem.allocated / base.allocated,
+                )
+                shown = "none" if budget is None else f"{budget:g}"
+                cells = [name, str(k), shown, f"{makespan:g}", f"{makespan / serial:.3f}"]
+                cells += [f"{r:.3f}" for r in ratios]
+                print("".join(f"{c:>11}" for c in cells))
+                if budget is not None and mem.reserved_bound > budget * base.reserved_bound:
+                    raise SystemExit(f"{name} on {k} streams: over the budget {budget}")
+
+
+if __name__ == "__main__":
+    main()
