@@ -27,7 +27,6 @@ from msched.scheduling.assign import (
     Assignment,
     assign_streams,
     serial_assignment,
-    timetable_assignment,
 )
 from msched.scheduling.budget import (
     Candidate,
@@ -38,6 +37,7 @@ from msched.scheduling.budget import (
 from msched.scheduling.codegen import direct_stream_calls
 from msched.scheduling.emit import plan_emission, relink
 from msched.scheduling.exact import OptimalMakespan, check_effort, solve_from
+from msched.scheduling.timetable import timetable_assignment
 
 
 @dataclass(frozen=True)
