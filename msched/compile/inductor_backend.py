@@ -151,6 +151,7 @@ def make_pass(config: Any, result: _PassResult) -> Any:
             graph = gm.graph
             codegen = graph._codegen
             cost = _FactoriesFree(config.cost_model or DefaultCostModel())
+            internals.stamp_issue_order(gm)  # the order the kernel order is checked against
             sched = schedule(gm, config.num_streams, cost, exit_edges=config.exit_edges)
             graph.set_codegen(codegen)
             to_native(gm)

@@ -10,7 +10,11 @@ from typing import Any
 import pytest
 import torch
 
-from tests.msched.compile.sharded_compile import compiled_tensor_parallel, inductor_collective_block
+from tests.msched.compile.sharded_compile import (
+    compiled_tensor_parallel,
+    inductor_collective_block,
+    traced_kernel_order_swapped,
+)
 
 
 @pytest.mark.parametrize("compiler", ["fx", pytest.param("inductor", marks=pytest.mark.slow)])
@@ -26,6 +30,25 @@ def test_both_compilers_run_the_tensor_parallel_stack_like_eager_on_every_rank(
         assert found["collectives"].count("_c10d_functional.all_reduce") == 4
         assert found["collectives"].count("_c10d_functional.wait_tensor") == 4
         assert found["verified"] and all(found["verified"])
+    if compiler == "inductor":  # the kernel order issues the all-reduces as the program did
+        first, second = (found["kernel_collectives"] for found in ranks)
+        assert first == second
+        issued = [c for piece in first for c in piece]
+        assert [op for op, _, _ in issued] == ["all_reduce_"] * 4
+        assert [i for _, _, i in issued] == sorted(i for _, _, i in issued)
+
+
+@pytest.mark.slow
+def test_a_hand_edited_kernel_order_with_two_all_reduces_swapped_fails_at_stage_inductor(
+    tmp_path, msched_ranks: Callable[..., list[Any]]
+) -> None:
+    ranks = msched_ranks(traced_kernel_order_swapped, str(tmp_path), timeout=300.0)
+    for found in ranks:
+        assert found["ok"].startswith("schedule verified"), found["ok"]
+        assert found["issued"] == [("all_reduce_", "0", 0), ("all_reduce_", "0", 1)]
+        assert found["ops"].count("_c10d_functional.wait_tensor.default") == 2
+        assert found["swapped"] == ["collective-order"]
+        assert found["edited"] == ["collective-order"]
 
 
 @pytest.mark.slow
