@@ -37,8 +37,10 @@ def test_a_missing_interface_is_named_with_the_torch_version(monkeypatch) -> Non
 
 
 def test_instance_attributes_are_checked_on_their_class_source() -> None:
-    assert internals._has("torch._inductor.scheduler", "Scheduler.node_to_stream")
-    assert not internals._has("torch._inductor.scheduler", "Scheduler.codegen_nonexistent")
+    assert internals.attribute_exists("torch._inductor.scheduler", "Scheduler.node_to_stream")
+    assert not internals.attribute_exists(
+        "torch._inductor.scheduler", "Scheduler.codegen_nonexistent"
+    )
 
 
 class _Node:
