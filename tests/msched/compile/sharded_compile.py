@@ -164,3 +164,45 @@ def _streams_used(program: Any) -> int:
             if n.op == "call_function"
         }
     )
+
+
+class AsyncAllReduce(torch.nn.Module):
+    """A block that all-reduces with ``async_op=True`` and ``Work.wait()``: Dynamo breaks
+    its graph at both, so the all-reduce runs eagerly between two attention-free graphs."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import torch.distributed as dist
+
+        y = x.sin() * 2
+        work = dist.all_reduce(y, async_op=True)
+        work.wait()
+        return y.cos() + 1
+
+
+def warnings_of_a_broken_graph(rank: int, world_size: int, compiler: str) -> dict[str, Any]:
+    """`AsyncAllReduce` compiled piecewise with ``msched.backend(compiler=compiler)`` and run
+    on three sizes (Dynamo compiles each of its two graphs again for dynamic sizes): the
+    warnings it gives, the graphs it compiled, and whether it equals eager."""
+    import warnings
+
+    torch.manual_seed(rank)
+    block = AsyncAllReduce()
+    inputs = [torch.randn(n) for n in (4, 6, 7)]
+    with torch.no_grad():
+        want = [block(x.clone()) for x in inputs]
+        torch._dynamo.reset()
+        backend = msched.backend(num_streams=2, piecewise=True, compiler=compiler)
+        compiled = torch.compile(block, backend=backend)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = [compiled(x.clone()) for x in inputs]
+    return {
+        "outside": [str(w.message) for w in caught if _is(w, "CollectiveOutsideGraphWarning")],
+        "split": [str(w.message) for w in caught if _is(w, "SplitOpNotFoundWarning")],
+        "graphs": len(backend.graphs),
+        "equal": all(torch.allclose(g, w, atol=1e-6) for g, w in zip(got, want, strict=True)),
+    }
+
+
+def _is(caught: Any, name: str) -> bool:
+    return type(caught.message).__name__ == name

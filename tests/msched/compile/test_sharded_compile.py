@@ -14,6 +14,7 @@ from tests.msched.compile.sharded_compile import (
     compiled_tensor_parallel,
     inductor_collective_block,
     traced_kernel_order_swapped,
+    warnings_of_a_broken_graph,
 )
 
 
@@ -65,3 +66,20 @@ def test_inductor_builds_a_verified_block_of_every_collective_on_every_rank(
         assert found["verified"] and all(found["verified"]), found["reports"]
         assert max(found["streams"]) > 1
         assert torch.allclose(found["got"], found["want"], atol=1e-5)
+
+
+@pytest.mark.parametrize("compiler", ["fx", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_an_async_all_reduce_outside_the_graphs_warns_once_and_split_ops_once_per_graph(
+    compiler: str, msched_ranks: Callable[..., list[Any]]
+) -> None:
+    """``dist.all_reduce(y, async_op=True)`` and ``work.wait()`` break Dynamo's graph: the
+    all-reduce runs eagerly, unscheduled; one warning per compile says so.  The two
+    attention-free graphs it leaves are compiled twice each (static, then dynamic sizes):
+    one split-op warning per graph, not per compile of it."""
+    ranks = msched_ranks(warnings_of_a_broken_graph, compiler, timeout=300.0)
+    for found in ranks:
+        assert found["equal"]
+        assert len(found["outside"]) == 1, found["outside"]
+        assert "torch.distributed.all_reduce(..., async_op=True)" in found["outside"][0]
+        assert found["graphs"] > 2  # Dynamo did compile the graphs again
+        assert len(found["split"]) == 2, found["split"]
