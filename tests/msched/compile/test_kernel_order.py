@@ -307,6 +307,27 @@ def test_a_read_of_an_all_reduced_buffer_before_its_wait_is_a_race() -> None:
     assert races and {"early"} <= set(races[0].nodes), report
 
 
+@pytest.mark.skipif(
+    not hasattr(torch.ops._c10d_functional, "wait_tensors"), reason="torch 2.15's wait_tensors"
+)
+def test_one_wait_tensors_waits_for_every_collective_of_its_list() -> None:
+    """torch 2.15 lowers the waits of a coalesced all-reduce to one ``wait_tensors`` of the
+    list: read as a collective of its own (it is a ``_c10d_functional`` op), it waited for
+    nothing, and every use of the reduced buffers was a race."""
+    both = ScheduledNode(
+        "ws", "extern", None, ("buf_ws", "m1", "m2"), ("buf1", "buf2"),
+        (("m1", "buf1"), ("m2", "buf2")), (), comm_op="_c10d_functional.wait_tensors.default",
+        comm_args=((Buffer("buf1"), Buffer("buf2")),),
+    )  # fmt: skip
+    nodes = [*two_all_reduces()[:4], both, two_all_reduces()[-1]]
+    gm = kernel_order_program(FinalOrder(tuple(nodes), ("x",), ("buf3",)))
+    assert {w.name for ws in waits_of(gm.graph).values() for w in ws} == {"ws"}
+    assert msched.verify(gm).ok
+    early = [*nodes[:4], kernel("early", ["buf4"], ["buf2"]), *nodes[4:]]
+    report = verify(early, ["buf3", "buf4"])
+    assert [v.kind for v in report.violations] == ["race"], report
+
+
 def joined_with_wait_stream(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     caller = torch.cuda.current_stream()
     a = x.sin() + 1
