@@ -22,6 +22,7 @@ from msched.compile.compiler import (
 )
 from msched.compile.tracing import cuda_streams_on_cpu, trace_streams
 from msched.errors import (
+    CollectiveOutsideGraphWarning,
     InductorInterfaceError,
     InvalidArgumentError,
     InvalidGraphError,
@@ -56,6 +57,7 @@ warn_if_untested()
 
 __all__ = [
     "MAX_STREAMS",
+    "CollectiveOutsideGraphWarning",
     "CompiledGraph",
     "CostModel",
     "Dag",

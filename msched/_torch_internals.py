@@ -74,6 +74,8 @@ TORCH_INTERFACES: tuple[tuple[str, str], ...] = (
     ("torch._dynamo.guards", "get_current_stream"),
     ("torch._dispatch.python", "enable_python_dispatcher"),
     ("torch.utils._python_dispatch", "TorchDispatchMode"),
+    ("torch._dynamo.utils", "counters"),
+    ("torch._guards", "CompileContext.current_compile_id"),
 )
 
 
@@ -271,6 +273,25 @@ def backend_compiler_failed() -> type[Exception]:
 def fake_tensor_mode(**kwargs: Any) -> Any:
     """A ``FakeTensorMode`` (shape propagation without data)."""
     return require("torch._subclasses.fake_tensor", "FakeTensorMode", "msched.cli")(**kwargs)
+
+
+def dynamo_graph_breaks() -> dict[str, int]:
+    """Every graph-break reason Dynamo has counted in this process, with its count
+    (``torch._dynamo.utils.counters["graph_break"]``, the text ``torch._dynamo.explain``
+    shows); none before Dynamo is imported (it has counted nothing), without importing it."""
+    import sys
+
+    if "torch._dynamo.utils" not in sys.modules:
+        return {}
+    counters = require("torch._dynamo.utils", "counters", "msched.backend")
+    return dict(counters["graph_break"])
+
+
+def dynamo_frame_id() -> int | None:
+    """The id of the frame Dynamo is compiling (``torch._guards.CompileContext``): one for
+    every recompile of one function; None outside a compile."""
+    context = require("torch._guards", "CompileContext", "msched.backend")
+    return getattr(context.current_compile_id(), "frame_id", None)
 
 
 _TABLE = "torch._dynamo.graph_bytecode_inputs"

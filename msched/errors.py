@@ -1,7 +1,8 @@
 """The exception hierarchy of msched: every error a user can see derives from `MschedError`.
 
 Every class is defined here and exported from `msched`; the modules that raise them import
-them from here.  `SplitOpNotFoundWarning` and `UntestedVersionWarning` are warnings, not errors.
+them from here.  `SplitOpNotFoundWarning`, `CollectiveOutsideGraphWarning` and
+`UntestedVersionWarning` are warnings, not errors.
 (The pytest plugin's own `pytest_msched._pytest_internals.UntestedVersionWarning` is a pytest
 warning defined there: the plugin warns with it before it may import torch.)
 
@@ -91,6 +92,12 @@ class SplitOpNotFoundError(InvalidArgumentError):
 
 class SplitOpNotFoundWarning(UserWarning):
     """A graph the backend splits calls no ``split_ops`` op and nothing like one: one piece."""
+
+
+class CollectiveOutsideGraphWarning(UserWarning):
+    """Dynamo broke the graph at a collective (``torch.distributed.all_reduce(t,
+    async_op=True)``, ``Work.wait()``): it runs eagerly between the compiled graphs, where
+    msched neither schedules nor verifies it."""
 
 
 class TorchInternalsError(MschedError):

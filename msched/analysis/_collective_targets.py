@@ -63,9 +63,13 @@ OTHER: dict[str, Row] = {
 COMM_NAMESPACES = frozenset({NAMESPACE, "_c10d_functional_autograd", "c10d"})
 
 #: ops of those namespaces that do not communicate (``wait_tensor`` is a wait).
+#: the functional waits: ``wait_tensor(t)`` and (torch 2.15) ``wait_tensors([t, ...])``.
+WAITS = frozenset({"wait_tensor", "wait_tensors"})
+
 NOT_COLLECTIVE = frozenset(
     {
         f"{NAMESPACE}::wait_tensor",
+        f"{NAMESPACE}::wait_tensors",
         f"{NAMESPACE}::_wrap_tensor_autograd",
         "c10d::check_for_nan",
     }
@@ -179,7 +183,7 @@ def registered_group(target: Any) -> tuple[bool, str | None]:
 
 def collective_role(target: Any) -> str | None:
     """``"async"``, ``"wait"``, ``"sync"`` or ``None`` (see the module docstring)."""
-    if functional_name(target) == "wait_tensor":
+    if functional_name(target) in WAITS:
         return "wait"
     if communication_entry(target) is not None:
         return "async"

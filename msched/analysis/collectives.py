@@ -35,6 +35,7 @@ from torch.fx import Graph, Node
 from msched._torch_internals import OpOverload, OpOverloadPacket, schema_of
 from msched.analysis._collective_targets import (
     REGISTERED,
+    WAITS,
     communication_entry,
     functional_name,
     is_communication_namespace,
@@ -51,6 +52,7 @@ __all__ = [
     "is_wait",
     "register_collective",
     "waited",
+    "waited_all",
     "waits_of",
 ]
 
@@ -111,7 +113,7 @@ def _refuse_non_engine(op: Any) -> None:
     if is_communication_namespace(op):
         what = (
             "the wait of the functional collectives"
-            if functional_name(op) == "wait_tensor"
+            if functional_name(op) in WAITS
             else "one of torch's communication ops"
         )
         raise InvalidArgumentError(
@@ -174,8 +176,8 @@ def collective_of(node: Node) -> Collective | None:
 
 
 def is_wait(node: Node) -> bool:
-    """``node`` is a ``_c10d_functional.wait_tensor``."""
-    return node.op == "call_function" and functional_name(node.target) == "wait_tensor"
+    """``node`` is a ``_c10d_functional.wait_tensor`` (or ``wait_tensors``, torch 2.15)."""
+    return node.op == "call_function" and functional_name(node.target) in WAITS
 
 
 def _has_wait(node: Node) -> bool:
@@ -188,9 +190,23 @@ def waited(wait: Node) -> Node | None:
     coalesced collective's list result; else the latest in-place collective before it (in
     graph order) that writes its argument (``all_reduce_(t); wait_tensor(t)``: the in-place
     forms return their input); ``None`` if there is no asynchronous collective there."""
+    found = waited_all(wait)
+    return found[0] if found else None
+
+
+def waited_all(wait: Node) -> list[Node]:
+    """Every collective node a wait waits for, in argument order: `waited` of the one tensor
+    of a ``wait_tensor``, of each tensor of a ``wait_tensors`` (torch 2.15: one wait for a
+    list, as Inductor lowers a coalesced collective's waits)."""
     if not is_wait(wait):
-        return None
-    argument = wait.args[0] if wait.args else wait.kwargs.get("tensor")
+        return []
+    argument = wait.args[0] if wait.args else wait.kwargs.get("tensor", wait.kwargs.get("tensors"))
+    values = argument if isinstance(argument, (list, tuple)) else [argument]
+    found = (_waited_one(wait, a) for a in values)
+    return list(dict.fromkeys(n for n in found if n is not None))
+
+
+def _waited_one(wait: Node, argument: Any) -> Node | None:
     value = argument
     while isinstance(value, Node):
         if value.op == "call_function" and value.target is operator.getitem:
@@ -256,7 +272,7 @@ def waits_of(
     found = collectives_in(order) if found is None else found
     result: dict[Node, list[Node]] = {c.node: [] for c in found if c.asynchronous}
     for node in order:
-        issued = waited(node)
-        if issued is not None and issued in result:
-            result[issued].append(node)
+        for issued in waited_all(node):
+            if issued in result:
+                result[issued].append(node)
     return result

@@ -65,7 +65,7 @@ from msched.analysis._targets import (
     method_info,
     module_info,
 )
-from msched.analysis.collectives import collective_of, waited
+from msched.analysis.collectives import collective_of, waited_all
 from msched.analysis.input_storages import InputStorages
 from msched.analysis.nodes import INPUT_OPS, NodeList
 from msched.errors import InvalidGraphError
@@ -235,13 +235,17 @@ class _Walk:
         value = _first_argument(node)
         own = self.root[value] if isinstance(value, Node) else node
         self.root[node] = own
-        issued = waited(node)
-        if issued is None or issued not in self.writes:  # a wait of something unknown
+        issued = [i for i in waited_all(node) if i in self.writes]
+        if not issued:  # a wait of something unknown
             self.writes[node] = self.expand((own,))
             return
-        found = collective_of(issued)
-        held = self.reads[issued] if found is not None and found.holds_input else ()
-        self.writes[node] = self.expand((*self.writes[issued], own))
+        written: list[Node] = []
+        held: list[Node] = []
+        for one in issued:  # one for wait_tensor; each collective of a wait_tensors list
+            found = collective_of(one)
+            written += self.writes[one]
+            held += self.reads[one] if found is not None and found.holds_input else ()
+        self.writes[node] = self.expand((*written, own))
         self.reads[node] = tuple(dict.fromkeys((*self.reads[node], *held)))
 
     def _module_state(self, node: Node) -> tuple[Node, ...]:

@@ -39,6 +39,11 @@ What msched reads and where (torch 2.13, 2.14, 2.15):
     ``post_grad_custom_post_pass`` there (2.13: ``reinplace_inplaceable_ops``, which rebuilds
     every ``slice_scatter`` as new nodes, and ``decompose_auto_functionalized``), so msched
     schedules in a wrapper of it (`after_post_grad_passes`), where nothing rewrites after.
+13. Communication kernels: ``ir._CollectiveKernel`` (a ``FallbackKernel`` of a
+    ``_c10d_functional`` collective; ``op_overload``, ``unflatten_args(inputs,
+    constant_args)``), ``ir._WaitKernel`` (its ``wait_tensor``) and the ``ir.MultiOutput``
+    (``indices``) that takes one result of a collective's list; the collective's FX node is
+    among the kernel's ``origins`` (nodes of ``GraphLowering.module``, the graph lowered).
 12. Ties per kernel: ``Scheduler._init`` reads ``GraphLowering.additional_buffer_deps``
     (operation name -> names it must follow; ``control_deps`` lowering fills it) when it
     computes dependencies; msched adds, before it runs, a tie from every operation lowered
@@ -52,11 +57,19 @@ import contextlib
 import functools
 import importlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from msched.compile._inductor_comm import communication, issue_positions
+from msched.compile.final_order import (
+    ISSUE_META,
+    Buffer,
+    FinalOrder,
+    ScheduledNode,
+    communication_op,
+    stamp_issue_order,
+)
 from msched.errors import InductorInterfaceError
 
 #: (module, attribute path) of every private interface this module uses.
@@ -100,6 +113,12 @@ INTERFACES: tuple[tuple[str, str], ...] = (
     ("torch._subclasses.fake_tensor", "FakeTensorMode"),
     ("torch._subclasses.fake_tensor", "FakeTensor"),
     ("torch._dispatch.python", "enable_python_dispatcher"),
+    ("torch._inductor.ir", "_CollectiveKernel"),
+    ("torch._inductor.ir", "_WaitKernel"),
+    ("torch._inductor.ir", "MultiOutput"),
+    ("torch._inductor.ir", "MultiOutput.indices"),
+    ("torch._inductor.ir", "FallbackKernel.unflatten_args"),
+    ("torch._inductor.graph", "GraphLowering.module"),
 )
 
 # Instance attributes: checked on the source of their class, not by getattr.
@@ -113,6 +132,9 @@ _INSTANCE_ATTRIBUTES = frozenset(
         "GraphLowering.graph_inputs",
         "GraphLowering.additional_buffer_deps",
         "GraphLowering._void_ctrl_dep_op_names",
+        "GraphLowering.module",
+        "MultiOutput.indices",
+        "FallbackKernel.unflatten_args",
     }
 )
 
@@ -167,50 +189,6 @@ def require_interfaces() -> None:
 #: ``{"after": {node name: (wait name, its position)}, "positions": {node name: position}}``
 #: for every node issued after a wait on its stream (positions in program order).
 AFTER_WAIT_META = "msched_after_wait"
-
-
-@dataclass(frozen=True)
-class ScheduledNode:
-    """One node of Inductor's final order: a kernel, an extern call or a stream op.
-
-    ``stream`` is the Dynamo table index of its stream, None for Inductor's default stream
-    (the caller's).  ``outputs`` are the buffers it makes, ``reads`` those it reads (its own
-    outputs and `_fake` ones excluded), ``mutates`` those it writes in place (``(buffer, mutated)``
-    pairs).
-    ``kind`` is ``"kernel"``, ``"extern"``, ``"stream"`` or ``"alias"`` (no code: a new name
-    for buffers another node wrote, ``mutates`` says which).
-    ``name`` is Inductor's name of the node, or of a fused node's first node: which nodes
-    Inductor fuses into a kernel's tail (so its joined name) can depend on what the process
-    compiled before, which made a snapshot of a piece depend on the tests run before it.
-    ``stream_op`` is the ``torch.ops.streams`` overload and ``stream_args`` its constant
-    arguments when the node is a stream op.  ``origins`` names the post-grad FX nodes it
-    computes.
-    """
-
-    name: str
-    kind: str
-    stream: int | None
-    outputs: tuple[str, ...]
-    reads: tuple[str, ...]
-    mutates: tuple[tuple[str, str], ...]
-    origins: tuple[str, ...]
-    stream_op: Any = None
-    stream_args: tuple[Any, ...] = ()
-
-
-@dataclass(frozen=True)
-class FinalOrder:
-    """What Inductor generated for one graph: the final node order, the graph's inputs and
-    outputs (buffer names), the buffer reuses (``(old, new)``: ``new`` is written into
-    ``old``'s memory) and the output source code (empty until the module is built)."""
-
-    nodes: tuple[ScheduledNode, ...]
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-    reuses: tuple[tuple[str, str], ...] = ()
-    code: str = ""
-    stream_names: tuple[tuple[str, int], ...] = ()
-    module: Any = None
 
 
 class _Recorder:
@@ -384,7 +362,11 @@ def _module_hook(original: Callable[..., Any], recorder: _Recorder) -> Callable[
 
 def _final_order(graph: Any, scheduler: Any) -> FinalOrder:
     to_table = dict(scheduler.stream_idx_to_user_obj_idx)
-    nodes = tuple(_scheduled_node(scheduler, node, to_table) for node in scheduler.nodes)
+    issued = issue_positions(graph)
+    nodes = tuple(
+        communication(_scheduled_node(scheduler, node, to_table), node, issued)
+        for node in scheduler.nodes
+    )
     names = tuple((f"stream{k}", v) for k, v in sorted(to_table.items()))
     return FinalOrder(
         nodes,
@@ -626,10 +608,13 @@ def inductor_cache_dir() -> str:
 __all__ = [
     "AFTER_WAIT_META",
     "INTERFACES",
+    "ISSUE_META",
+    "Buffer",
     "FinalOrder",
     "ScheduledNode",
     "after_post_grad_passes",
     "attribute_exists",
+    "communication_op",
     "compile_fx",
     "compile_fx_uncached",
     "custom_graph_pass_base",
@@ -641,6 +626,7 @@ __all__ = [
     "recording_final_orders",
     "recording_loaded_modules",
     "require_interfaces",
+    "stamp_issue_order",
     "stream_op_named",
     "tie_kernels",
     "wrap_in_control_deps",

@@ -44,6 +44,8 @@ Errors raised inside a backend reach the caller of a ``torch.compile``'d model w
 
 from __future__ import annotations
 
+import re
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +56,7 @@ from torch.fx import GraphModule
 from msched._torch_internals import (
     aot_module_simplified,
     backend_compiler_failed,
+    dynamo_graph_breaks,
 )
 from msched.analysis.cost import CostModel, check_cost_model
 from msched.compile._reinplace import reinplace
@@ -66,6 +69,7 @@ from msched.compile.pieces import (
 )
 from msched.compile.split_ops import parse_split_ops
 from msched.errors import (
+    CollectiveOutsideGraphWarning,
     InvalidArgumentError,
     MschedError,
     NoGraphCompiledError,
@@ -139,6 +143,9 @@ class MschedBackend:
         self.runtime_factory = runtime_factory
         self._graphs: list[CompiledGraph] = []
         self.__name__ = "msched"
+        # Said once per graph / per compile (`check_split_ops_occur`, `_outside`).
+        self._warned_split: set[tuple[Any, ...]] = set()
+        self._outside = CollectivesOutside()
 
     @property
     def graphs(self) -> tuple[CompiledGraph, ...]:
@@ -151,6 +158,7 @@ class MschedBackend:
         return tuple(p for g in self._graphs for p in g.pieces)
 
     def __call__(self, gm: GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        self._outside.check()
         if self.config.compiler == "inductor":
             from msched.compile.inductor_backend import compile_graph_with_inductor
 
@@ -158,7 +166,7 @@ class MschedBackend:
                 self._refuse_training(gm, example_inputs)
             name = f"graph{len(self._graphs)}"
             compiled, module, made = compile_graph_with_inductor(
-                name, gm, example_inputs, self.config
+                name, gm, example_inputs, self.config, warned=self._warned_split
             )
             # Only now: a graph Dynamo restarts from inside its compile, or that fails,
             # raised above, so it takes no name and leaves no pieces.
@@ -181,9 +189,70 @@ class MschedBackend:
     def _compile_inference(self, gm: GraphModule, example_inputs: Sequence[Any]) -> Any:
         name = f"graph{len(self._graphs)}"
         runtime = self.runtime_factory()
-        compiled = compile_graph(gm, self.config, name, runtime)
+        compiled = compile_graph(gm, self.config, name, runtime, warned=self._warned_split)
         self._graphs.append(compiled)
         return _BoxedRunner(compiled.module, runtime)
+
+
+class CollectivesOutside:
+    """Warns (`CollectiveOutsideGraphWarning`, once per backend for each collective) when
+    Dynamo broke a graph at a collective: ``torch.distributed.all_reduce(t, async_op=True)``
+    and ``Work.wait()`` cannot be traced, so Dynamo compiles the code before and after them
+    as graphs of their own and runs them eagerly in between, where msched neither schedules
+    nor verifies them; before, nothing said so.
+
+    Read from Dynamo's graph-break reasons (those counted since the backend was made, or
+    since its last graph): Dynamo counts a break before it compiles the graph that ends
+    there, so the backend sees it when it is handed that graph."""
+
+    def __init__(self) -> None:
+        self._counted = dynamo_graph_breaks()
+        self._said: set[str] = set()
+
+    def check(self) -> None:
+        counts = dynamo_graph_breaks()
+        new = [r for r, n in counts.items() if n > self._counted.get(r, 0)]
+        self._counted = counts
+        found = [name for name in map(_collective_named, new) if name is not None]
+        collectives = [n for n in dict.fromkeys(found) if n != _WORK_WAIT]
+        if not collectives and _WORK_WAIT in found and not self._said:
+            collectives = [_WORK_WAIT]  # a wait alone: its collective was said, or not seen
+        fresh = [n for n in collectives if n not in self._said]
+        if not fresh:
+            return
+        self._said.update(fresh)
+        warnings.warn(
+            CollectiveOutsideGraphWarning(
+                f"Dynamo broke the graph at {', '.join(fresh)}: it runs eagerly between the "
+                "compiled graphs, outside msched's schedule and verification (msched neither "
+                "orders it nor checks its order); call the functional collectives "
+                "(torch.distributed._functional_collectives.all_reduce and friends, or "
+                "async_op=False, which Dynamo traces into the graph) to have them scheduled "
+                "and proved"
+            ),
+            stacklevel=2,
+        )
+
+
+_WORK_WAIT = "Work.wait()"
+_FUNCTION = re.compile(r"<function (\w+) at ")
+
+
+def _collective_named(reason: str) -> str | None:
+    """The collective a graph-break reason names (``torch.distributed.all_reduce(...,
+    async_op=True)``, ``Work.wait()``), or None for a break elsewhere.  torch 2.13 and
+    2.15 head the reason with ``async_op=True for distributed collectives`` and name the
+    function in its text (``<function all_reduce at 0x...>``)."""
+    first = reason.strip().splitlines()[0] if reason.strip() else ""
+    if "async_op=True" in first:
+        found = _FUNCTION.search(reason)
+        name = found.group(1) if found else "a collective"
+        return f"torch.distributed.{name}(..., async_op=True)"
+    if re.search(r"\bwait\b.*\bclass `?Work\b", reason):
+        return _WORK_WAIT
+    if "distributed" in first.lower() and "collective" in first.lower():
+        return first
+    return None
 
 
 def _needs_autograd(example_inputs: Sequence[Any]) -> bool:
@@ -262,15 +331,18 @@ def compile_graph(
     config: BackendConfig,
     name: str = "graph",
     runtime: StreamRuntime | None = None,
+    *,
+    warned: set[tuple[Any, ...]] | None = None,
 ) -> CompiledGraph:
     """Steps 2-4 of the module docstring on an AOT inference graph; ``gm`` is rewritten.
 
-    ``runtime`` (default: a new `StreamRuntime`) is the one the compiled graph will run in.
+    ``runtime`` (default: a new `StreamRuntime`) is the one the compiled graph will run in;
+    ``warned`` the backend's record of the split-op warnings said (`check_split_ops_occur`).
     """
     reinplace(gm)
     if config.piecewise:
         calls = find_split_calls(gm.graph, config.split_ops)
-        check_split_ops_occur(gm.graph, config.split_ops, name, calls)
+        check_split_ops_occur(gm.graph, config.split_ops, name, calls, warned)
         module = split_pieces(gm, config.split_ops, calls)
         parts = [(f"{name}.{sub}", getattr(module, sub)) for sub in _submodule_calls(module)]
     else:

@@ -151,6 +151,7 @@ def make_pass(config: Any, result: _PassResult) -> Any:
             graph = gm.graph
             codegen = graph._codegen
             cost = _FactoriesFree(config.cost_model or DefaultCostModel())
+            internals.stamp_issue_order(gm)  # the order the kernel order is checked against
             sched = schedule(gm, config.num_streams, cost, exit_edges=config.exit_edges)
             graph.set_codegen(codegen)
             to_native(gm)
@@ -395,26 +396,37 @@ def _define_stream_names(module: Any, code: str, streams: NativeStreams) -> None
 
 
 def compile_graph_with_inductor(
-    name: str, gm: GraphModule, example_inputs: Sequence[Any], config: Any
+    name: str,
+    gm: GraphModule,
+    example_inputs: Sequence[Any],
+    config: Any,
+    *,
+    warned: set[tuple[Any, ...]] | None = None,
 ) -> tuple[Callable[..., Any], GraphModule, tuple[Piece, ...]]:
     """What the backend returns to Dynamo for ``gm`` (module docstring, step 1), the module
     that runs it (``gm``, or with ``piecewise=True`` its split module) and its pieces, in
     order.  The backend records them only once this returns: Dynamo restarts the analysis of
     some graphs from inside a compile (``TensorifyScalarRestartAnalysis``, a float it must
-    specialize), and the abandoned attempt is no graph of the backend's."""
+    specialize), and the abandoned attempt is no graph of the backend's.  ``warned``: the
+    backend's record of the split-op warnings said (`pieces.check_split_ops_occur`)."""
     made: list[Piece] = []
     if config.piecewise:
-        module = _compile_split(name, gm, example_inputs, config, made)
+        module = _compile_split(name, gm, example_inputs, config, made, warned)
         return module, module, tuple(made)
     return compile_piece(name, gm, example_inputs, config, made), gm, tuple(made)
 
 
 def _compile_split(
-    name: str, gm: GraphModule, example_inputs: Sequence[Any], config: Any, made: list[Any]
+    name: str,
+    gm: GraphModule,
+    example_inputs: Sequence[Any],
+    config: Any,
+    made: list[Any],
+    warned: set[tuple[Any, ...]] | None = None,
 ) -> GraphModule:
     """``gm`` split at its split ops, every other piece compiled in its place."""
     calls = pieces.find_split_calls(gm.graph, config.split_ops)
-    pieces.check_split_ops_occur(gm.graph, config.split_ops, name, calls)
+    pieces.check_split_ops_occur(gm.graph, config.split_ops, name, calls, warned)
     module = pieces.split_pieces(gm, config.split_ops, calls)
     split = pieces.split_call_pieces(module)
     for sub, inputs in _piece_inputs(module, example_inputs).items():

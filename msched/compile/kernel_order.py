@@ -14,7 +14,12 @@ here is that code, kernel by kernel, in the order the wrapper calls them:
    own, also when the kernel writes (`register_fresh_results`; read as ``out=`` results,
    they were aliases of what it writes, and a write into one of them a race with a read
    of another).  A node on a user stream carries ``meta["custom"]["stream"]`` (its table
-   index); none means the caller's.
+   index); none means the caller's.  A communication kernel (`ScheduledNode.comm_op`: a
+   collective, its ``wait_tensor``, an element of a collective's list result) is a call of
+   that op itself, with its buffers and constants, so `msched.verify` checks the collective
+   order of the code that runs (one order on every rank) and its uses before the waits; a
+   collective carries ``meta["msched_issue"]``, its position in the program handed to
+   Inductor, which `verify` checks the kernel order against.
 3. ``output`` returns the storages of the graph's outputs, then those of the buffers the
    output code allocates and never frees (`kept_until_return`): Inductor frees a buffer with
    ``del`` after its last use, except one it must never reuse (msched's guard keeps every
@@ -37,7 +42,13 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 
 from msched.analysis._targets import register_fresh_results
-from msched.compile._inductor_internals import FinalOrder, ScheduledNode
+from msched.compile._inductor_internals import (
+    ISSUE_META,
+    Buffer,
+    FinalOrder,
+    ScheduledNode,
+    communication_op,
+)
 from msched.proof.dialects import mark_made
 from msched.proof.torch_streams import CALLER_META
 
@@ -75,6 +86,8 @@ class _Builder:
     def add(self, node: ScheduledNode) -> None:
         if node.kind == "stream":
             self._stream_op(node)
+        elif node.comm_op:
+            self._communication(node)
         elif node.kind == "alias":
             self._alias(node)
         else:
@@ -95,6 +108,34 @@ class _Builder:
         made = self.graph.call_function(op, tuple(args))
         made.meta[KERNEL_META] = node
         self._alias(node)  # values passed through (control_deps)
+
+    def _communication(self, node: ScheduledNode) -> None:
+        """A collective, a ``wait_tensor`` or an element of a collective's list result: a call
+        of the op itself (so `msched.analysis.collectives` reads its group, its waits and
+        what it holds), its first new buffer the call's result, the buffers it writes in
+        place those it mutates."""
+        args = self._call_arguments(node.comm_args)
+        kwargs = {k: self._call_arguments(v) for k, v in node.comm_kwargs}
+        call = self.graph.call_function(communication_op(node.comm_op), tuple(args), kwargs)
+        call.name = _identifier(node.name)
+        call.meta[KERNEL_META] = node
+        if node.issue is not None:
+            call.meta[ISSUE_META] = node.issue
+        _set_stream(call, node.stream)
+        mutated = dict(node.mutates)
+        fresh = [b for b in node.outputs if b not in mutated]
+        if fresh:
+            self.storage[fresh[0]] = call
+        for buffer in node.outputs:
+            if buffer in mutated and mutated[buffer] in self.storage:
+                self.storage[buffer] = self._storage_of(mutated[buffer])
+
+    def _call_arguments(self, value: Any) -> Any:
+        if isinstance(value, Buffer):
+            return self.storage.get(value.name)
+        if isinstance(value, tuple):
+            return [self._call_arguments(v) for v in value]
+        return value
 
     def _kernel(self, node: ScheduledNode) -> None:
         mutated = dict(node.mutates)

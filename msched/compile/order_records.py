@@ -39,7 +39,7 @@ from typing import Any
 from msched.compile import _inductor_internals as internals
 from msched.compile._inductor_internals import FinalOrder, ScheduledNode
 
-FORMAT = 1  # the version of a record; another version is never read
+FORMAT = 2  # the version of a record; another version is never read (2: communication kernels)
 _FOLDER = "msched_orders"
 
 
@@ -188,7 +188,28 @@ def _encoded_node(node: ScheduledNode) -> dict[str, Any]:
         "origins": list(node.origins),
         "stream_op": None if op is None else _op_name(op),
         "stream_args": list(node.stream_args),
+        "comm_op": node.comm_op,
+        "comm_args": _plain(node.comm_args),
+        "comm_kwargs": [[k, _plain(v)] for k, v in node.comm_kwargs],
+        "issue": node.issue,
     }
+
+
+def _plain(value: Any) -> Any:
+    """A communication kernel's argument as JSON: a `Buffer` as ``{"buffer": name}``."""
+    if isinstance(value, internals.Buffer):
+        return {"buffer": value.name}
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _unplain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return internals.Buffer(str(value["buffer"]))
+    if isinstance(value, list):
+        return tuple(_unplain(v) for v in value)
+    return value
 
 
 def _op_name(op: Any) -> str:
@@ -227,6 +248,10 @@ def _decoded_node(data: dict[str, Any]) -> ScheduledNode:
         tuple(data["origins"]),
         None if op is None else _op_named(op),
         tuple(data["stream_args"]),
+        comm_op=str(data["comm_op"]),
+        comm_args=_unplain(data["comm_args"]),
+        comm_kwargs=tuple((str(k), _unplain(v)) for k, v in data["comm_kwargs"]),
+        issue=data["issue"],
     )
 
 

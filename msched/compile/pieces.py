@@ -12,6 +12,7 @@ from typing import Any
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.split_module import split_module
 
+from msched._torch_internals import dynamo_frame_id
 from msched.analysis.effects import Effects, compute_effects
 from msched.analysis.input_storages import STORAGE_META
 from msched.analysis.nodes import INPUT_OPS
@@ -66,9 +67,16 @@ def check_split_ops_occur(
     split_ops: tuple[Any, ...],
     name: str = "graph",
     calls: dict[Node, str] | None = None,
+    warned: set[tuple[Any, ...]] | None = None,
 ) -> None:
     """Say so when no op of ``split_ops`` is called in ``graph`` (``calls``: its
     `find_split_calls`, found again when not given).
+
+    ``warned`` (a backend's own set) makes the warning once per graph: Dynamo compiles one
+    function again for other sizes (static first, then dynamic) and restarts some compiles,
+    and each of those warned again, twice per rank for every attention-free graph a graph
+    break left.  A warning is keyed by the function Dynamo compiles (its frame) and what
+    the graph calls, and said once per key.
 
     AOT autograd may decompose a split op, and splitting at nothing would silently give one
     piece: when the graph calls ops that look related (their name holds every word of a
@@ -99,6 +107,11 @@ def check_split_ops_occur(
             )
     called = sorted({index.call(n).label for n in nodes})
     ops = ", ".join(map(describe, split_ops))
+    if warned is not None:
+        key = (dynamo_frame_id(), ops, tuple(called))
+        if key in warned:
+            return
+        warned.add(key)
     warnings.warn(
         SplitOpNotFoundWarning(
             f"{name} calls no split op ({ops}), so it is one piece; "

@@ -55,7 +55,9 @@ def trace_streams(
     ``stage="aot"`` the inference graph after AOT autograd (functional aten ops; a mutated
     input comes back as an extra output; sync ops wrapped in ``control_deps``);
     ``stage="inductor"`` the final kernel order Inductor generates for that graph (after
-    fusion, reordering and buffer reuse; `msched.compile.kernel_order`), compiled with
+    fusion, reordering and buffer reuse; `msched.compile.kernel_order`: its collective and
+    wait kernels are calls of their ops, each collective with ``meta["msched_issue"]``, its
+    place in the graph Inductor lowered, so ``verify`` checks their order), compiled with
     the caches that could serve compiled code instead off (Inductor's FX graph cache, AOT
     autograd's), so that it is generated and read, never run; compiled C++ kernels are
     reused from Inductor's cache folder.  Traced under

@@ -15,7 +15,10 @@ Checks, on the scheduled program read with the happens-before engine (`Clocks`):
    order (one stream, or an event between them), whatever their groups;
 2. ``collective-order``: with ``original``, the collectives are issued in the original's order
    (nodes paired by what they compute and read, as the rest of `verify` does:
-   `msched.proof.matching`; never by name, which a renaming pass changes at will);
+   `msched.proof.matching`; never by name, which a renaming pass changes at will).  Without
+   one, a program whose collectives say where their source issued them (``meta[ISSUE_META]``:
+   Inductor's kernel order, `msched.compile.kernel_order`, whose kernels no original graph
+   pairs with) is checked against that order (`stated_order`);
 3. ``race``: every node issued after an asynchronous collective that reads or writes its
    result, or writes an input the work holds, happens after one of its waits (``raw``,
    ``waw`` and ``war``).  The Dag of the original already orders such uses after the wait in
@@ -35,9 +38,27 @@ from msched.analysis.collectives import Collective, collectives_in, waits_of
 from msched.analysis.effects import Effects
 from msched.proof.clocks import Clocks
 
-__all__ = ["COLLECTIVE_KINDS", "CollectiveFault", "collective_faults"]
+__all__ = [
+    "COLLECTIVE_KINDS",
+    "ISSUE_META",
+    "CollectiveFault",
+    "collective_faults",
+    "stated_order",
+]
 
 COLLECTIVE_KINDS = ("collective-order",)
+#: ``node.meta`` key of a collective: its position (0, 1, ...) in the order the program it
+#: was compiled from issued the collectives.
+ISSUE_META = "msched_issue"
+
+
+def stated_order(nodes: Sequence[Node]) -> list[Node] | None:
+    """The collectives among ``nodes`` that carry ``meta[ISSUE_META]``, in that order, or
+    None when none does (nothing to check a program without an original against)."""
+    stated = [c.node for c in collectives_in(nodes) if isinstance(c.node.meta.get(ISSUE_META), int)]
+    if not stated:
+        return None
+    return sorted(stated, key=lambda n: int(n.meta[ISSUE_META]))
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,9 @@ Algorithm:
 4. ``output`` happens after the last write of every storage and after every node whose
    value nobody uses (``exit-not-joined``), whether or not the original's Dag says so.
 5. The collectives (`msched.proof.collective_order`): consecutive ones ordered by
-   happens-before and, with ``original``, issued in its order (``collective-order``); no use
+   happens-before and, with ``original`` (without: the order the collectives' ``meta
+   ["msched_issue"]`` states, as Inductor's kernel order does), issued in its order
+   (``collective-order``); no use
    of an asynchronous collective's tensors before its wait (``race``).
 6. A tensor used on another stream than the one that allocated it needs a ``record_stream``
    for the using stream (``missing-record-stream``); storages of graph inputs never do.
@@ -68,7 +70,7 @@ from msched.errors import ScheduleVerificationError
 from msched.limits import check_flag, check_num_streams
 from msched.proof.capture import CAPTURE_KINDS, capture_faults
 from msched.proof.clocks import Clocks, clocks_of
-from msched.proof.collective_order import COLLECTIVE_KINDS, collective_faults
+from msched.proof.collective_order import COLLECTIVE_KINDS, collective_faults, stated_order
 from msched.proof.dialects import Dialect, describe_key
 from msched.proof.interpreter import interpret
 from msched.proof.matching import match_nodes
@@ -231,6 +233,7 @@ def verify(
         _check_orderings(_host_order_rules(effects, clocks), clocks, effects, None, found)
         root: Mapping[Node, Node] = effects.root
         may_allocate: Callable[[Node], bool] = partial(allocates, effects=effects)
+        expected = stated_order(clocks.order)
     else:
         root, match, known = _check_against_original(before, scheduled, program, clocks, found)
         expected = [match[c.node] for c in collectives_in(before) if c.node in match]

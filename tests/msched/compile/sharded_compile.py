@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 import msched
+from msched.analysis.collectives import collectives_in
 from msched.models.decoders import TinyDecoder
 from msched.models.parallel import TensorParallelDecoder
 
@@ -42,7 +44,67 @@ def compiled_tensor_parallel(
             if "_c10d_functional" in str(n.target)
         ],
         "verified": [p.report is None or p.report.ok for p in backend.pieces],
+        "kernel_collectives": [
+            _issued(p.kernel_order) for p in backend.pieces if p.kernel_order is not None
+        ],
     }
+
+
+def _issued(program: Any) -> list[tuple[str, str | None, int | None]]:
+    """The collectives of a kernel-order program in its order: op, group, issue position."""
+    return [(c.op, c.group, c.node.meta.get("msched_issue")) for c in collectives_in(program.graph)]
+
+
+def two_all_reduces(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    from torch.distributed import _functional_collectives as funcol
+
+    a = funcol.all_reduce(x @ w1, "sum", "0")
+    b = funcol.all_reduce(x @ w2, "sum", "0")
+    return a + b
+
+
+def traced_kernel_order_swapped(rank: int, world_size: int, cache_dir: str) -> dict[str, Any]:
+    """``trace_streams(two_all_reduces, stage="inductor")`` on this rank, verified as it is,
+    with its two all-reduces swapped in its `FinalOrder` (by hand, as a reordering pass
+    would) and in the program itself."""
+    from msched.compile import _inductor_internals as internals
+    from msched.compile.kernel_order import kernel_order_program
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache_dir, f"rank{rank}")
+    x, w1, w2 = torch.randn(4, 8), torch.randn(8, 8), torch.randn(8, 8)
+    gm = msched.trace_streams(two_all_reduces, x, w1, w2, stage="inductor")
+    nodes = [n.meta["msched_kernel"] for n in gm.graph.nodes if "msched_kernel" in n.meta]
+    with internals.recording_final_orders() as orders:
+        internals.compile_fx_uncached(_dynamo_graph(two_all_reduces, x, w1, w2), [x, w1, w2])
+    order = orders[-1]
+    issued = [i for i, n in enumerate(order.nodes) if n.comm_op.endswith("all_reduce_.default")]
+    first, second = issued
+    moved = list(order.nodes)
+    moved.insert(second, moved.pop(first))  # the first all-reduce now after the second
+    swapped = kernel_order_program(replace(order, nodes=tuple(moved)))
+    found = {
+        "ops": [n.comm_op for n in nodes if n.comm_op],
+        "issued": _issued(gm),
+        "ok": str(msched.verify(gm)),
+        "swapped": [v.kind for v in msched.verify(swapped).violations],
+    }
+    ar = [c.node for c in collectives_in(gm.graph)]
+    ar[1].append(ar[0])
+    gm.recompile()
+    return {**found, "edited": [v.kind for v in msched.verify(gm).violations]}
+
+
+def _dynamo_graph(fn: Any, *inputs: Any) -> Any:
+    """The graph Dynamo hands a backend for ``fn(*inputs)``."""
+    found: list[Any] = []
+
+    def keep(gm: Any, example_inputs: Any) -> Any:
+        found.append(gm)
+        return gm.forward
+
+    torch.compiler.reset()
+    torch.compile(fn, backend=keep, fullgraph=True)(*inputs)
+    return found[0]
 
 
 class CollectiveBlock(torch.nn.Module):
@@ -102,3 +164,45 @@ def _streams_used(program: Any) -> int:
             if n.op == "call_function"
         }
     )
+
+
+class AsyncAllReduce(torch.nn.Module):
+    """A block that all-reduces with ``async_op=True`` and ``Work.wait()``: Dynamo breaks
+    its graph at both, so the all-reduce runs eagerly between two attention-free graphs."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import torch.distributed as dist
+
+        y = x.sin() * 2
+        work = dist.all_reduce(y, async_op=True)
+        work.wait()
+        return y.cos() + 1
+
+
+def warnings_of_a_broken_graph(rank: int, world_size: int, compiler: str) -> dict[str, Any]:
+    """`AsyncAllReduce` compiled piecewise with ``msched.backend(compiler=compiler)`` and run
+    on three sizes (Dynamo compiles each of its two graphs again for dynamic sizes): the
+    warnings it gives, the graphs it compiled, and whether it equals eager."""
+    import warnings
+
+    torch.manual_seed(rank)
+    block = AsyncAllReduce()
+    inputs = [torch.randn(n) for n in (4, 6, 7)]
+    with torch.no_grad():
+        want = [block(x.clone()) for x in inputs]
+        torch._dynamo.reset()
+        backend = msched.backend(num_streams=2, piecewise=True, compiler=compiler)
+        compiled = torch.compile(block, backend=backend)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = [compiled(x.clone()) for x in inputs]
+    return {
+        "outside": [str(w.message) for w in caught if _is(w, "CollectiveOutsideGraphWarning")],
+        "split": [str(w.message) for w in caught if _is(w, "SplitOpNotFoundWarning")],
+        "graphs": len(backend.graphs),
+        "equal": all(torch.allclose(g, w, atol=1e-6) for g, w in zip(got, want, strict=True)),
+    }
+
+
+def _is(caught: Any, name: str) -> bool:
+    return type(caught.message).__name__ == name

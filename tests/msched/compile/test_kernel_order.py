@@ -13,7 +13,8 @@ import torch
 import torch._dynamo.variables.streams  # noqa: F401  (registers torch.ops.streams)
 
 import msched
-from msched.compile._inductor_internals import FinalOrder, ScheduledNode
+from msched.analysis.collectives import collectives_in, waits_of
+from msched.compile._inductor_internals import Buffer, FinalOrder, ScheduledNode
 from msched.compile.kernel_order import KERNEL_WRITES, kernel_names, kernel_order_program
 
 streams = torch.ops.streams
@@ -235,6 +236,96 @@ def joined_with_events(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         joined.record(side)
     joined.wait(caller)
     return a + (b + 3)
+
+
+def all_reduce(name, buffer, issue, group="0", stream=None):
+    """Inductor's in-place all-reduce kernel of ``buffer`` (``buf_<name>`` is its own name,
+    ``m_<name>`` the mutation of ``buffer``), issued ``issue``-th by the program."""
+    return ScheduledNode(
+        name, "extern", stream, (f"buf_{name}", f"m_{name}"), (buffer,),
+        ((f"m_{name}", buffer),), (), comm_op="_c10d_functional.all_reduce_.default",
+        comm_args=(Buffer(buffer), "sum", group), issue=issue,
+    )  # fmt: skip
+
+
+def wait(name, buffer, stream=None):
+    return ScheduledNode(
+        name, "extern", stream, (f"buf_{name}", f"m_{name}"), (buffer,),
+        ((f"m_{name}", buffer),), (), comm_op="_c10d_functional.wait_tensor.default",
+        comm_args=(Buffer(buffer),),
+    )  # fmt: skip
+
+
+def two_all_reduces(first_issued_second=False):
+    """k1 and k2 make buf1 and buf2; both are all-reduced in place (in the order the program
+    issued them, or the second first: a hand-edited kernel order), waited, and summed."""
+    ar1, ar2 = all_reduce("ar1", "buf1", 0), all_reduce("ar2", "buf2", 1)
+    issued = (ar2, ar1) if first_issued_second else (ar1, ar2)
+    return (
+        kernel("k1", ["buf1"], ["x"]),
+        kernel("k2", ["buf2"], ["x"]),
+        *issued,
+        wait("w1", "buf1"),
+        wait("w2", "buf2"),
+        kernel("k3", ["buf3"], ["buf1", "buf2"]),
+    )
+
+
+def test_collective_kernels_are_calls_of_their_ops_in_their_group() -> None:
+    gm = kernel_order_program(FinalOrder(two_all_reduces(), ("x",), ("buf3",)))
+    found = collectives_in(gm.graph)
+    assert [(c.op, c.group, c.node.name) for c in found] == [
+        ("all_reduce_", "0", "ar1"),
+        ("all_reduce_", "0", "ar2"),
+    ]
+    assert [n.meta["msched_issue"] for n in (c.node for c in found)] == [0, 1]
+    assert {w.name for ws in waits_of(gm.graph).values() for w in ws} == {"w1", "w2"}
+    assert msched.verify(gm).ok
+
+
+def test_a_kernel_order_with_two_collectives_swapped_is_a_collective_order_fault() -> None:
+    swapped = FinalOrder(two_all_reduces(first_issued_second=True), ("x",), ("buf3",))
+    report = msched.verify(kernel_order_program(swapped))
+    assert [v.kind for v in report.violations] == ["collective-order"], report
+    assert set(report.violations[0].nodes) == {"ar1", "ar2"}
+
+
+def test_a_kernel_order_program_edited_to_swap_two_collectives_fails() -> None:
+    gm = kernel_order_program(FinalOrder(two_all_reduces(), ("x",), ("buf3",)))
+    ar1, ar2 = (n for n in gm.graph.nodes if n.name in ("ar1", "ar2"))
+    ar2.append(ar1)  # the first all-reduce now issued after the second
+    gm.recompile()
+    report = msched.verify(gm)
+    assert [v.kind for v in report.violations] == ["collective-order"], report
+
+
+def test_a_read_of_an_all_reduced_buffer_before_its_wait_is_a_race() -> None:
+    nodes = list(two_all_reduces())
+    nodes.insert(4, kernel("early", ["buf4"], ["buf1"]))  # reads buf1 before w1
+    report = verify(nodes, ["buf3", "buf4"])
+    races = [v for v in report.violations if v.kind == "race"]
+    assert races and {"early"} <= set(races[0].nodes), report
+
+
+@pytest.mark.skipif(
+    not hasattr(torch.ops._c10d_functional, "wait_tensors"), reason="torch 2.15's wait_tensors"
+)
+def test_one_wait_tensors_waits_for_every_collective_of_its_list() -> None:
+    """torch 2.15 lowers the waits of a coalesced all-reduce to one ``wait_tensors`` of the
+    list: read as a collective of its own (it is a ``_c10d_functional`` op), it waited for
+    nothing, and every use of the reduced buffers was a race."""
+    both = ScheduledNode(
+        "ws", "extern", None, ("buf_ws", "m1", "m2"), ("buf1", "buf2"),
+        (("m1", "buf1"), ("m2", "buf2")), (), comm_op="_c10d_functional.wait_tensors.default",
+        comm_args=((Buffer("buf1"), Buffer("buf2")),),
+    )  # fmt: skip
+    nodes = [*two_all_reduces()[:4], both, two_all_reduces()[-1]]
+    gm = kernel_order_program(FinalOrder(tuple(nodes), ("x",), ("buf3",)))
+    assert {w.name for ws in waits_of(gm.graph).values() for w in ws} == {"ws"}
+    assert msched.verify(gm).ok
+    early = [*nodes[:4], kernel("early", ["buf4"], ["buf2"]), *nodes[4:]]
+    report = verify(early, ["buf3", "buf4"])
+    assert [v.kind for v in report.violations] == ["race"], report
 
 
 def joined_with_wait_stream(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,7 @@ import torch
 import torch._dynamo.variables.streams  # noqa: F401  (registers torch.ops.streams)
 
 from msched.compile import order_records
-from msched.compile._inductor_internals import FinalOrder, ScheduledNode
+from msched.compile._inductor_internals import Buffer, FinalOrder, ScheduledNode
 from msched.compile.order_records import (
     FORMAT,
     load_order,
@@ -44,7 +44,12 @@ def _order(code: str = CODE) -> FinalOrder:
         ScheduledNode("op1", "stream", None, (), (), (), (), WAIT, (2000, 0)),
         ScheduledNode("op3", "stream", None, (), ("buf0",), (), (), RECORD_STREAM, (1000001,)),
         ScheduledNode("op2", "extern", None, ("buf2",), ("buf0",), (("buf2", "x"),), ("mm",)),
-    )
+        ScheduledNode(
+            "op4", "extern", None, ("buf4",), ("buf2",), (), ("all_reduce_coalesced",),
+            comm_op="_c10d_functional.all_reduce_coalesced_.default",
+            comm_args=((Buffer("buf2"), Buffer("buf0")), "sum", "0"), issue=3,
+        ),
+    )  # fmt: skip
     return FinalOrder(
         nodes, ("x",), ("buf2",), reuses=(("buf0", "buf3"),), code=code,
         stream_names=(("stream1", 1),), module=object(),

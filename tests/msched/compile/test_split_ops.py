@@ -279,7 +279,7 @@ def test_a_graph_dynamo_restarts_from_inside_its_compile_is_recorded_once(
 
     attempts: list[str] = []
 
-    def compile_graph_with_inductor(name: str, gm: GraphModule, *args: Any) -> Any:
+    def compile_graph_with_inductor(name: str, gm: GraphModule, *args: Any, **kwargs: Any) -> Any:
         attempts.append(name)
         if len(attempts) == 1:
             raise Restart
