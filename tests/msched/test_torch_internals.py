@@ -370,6 +370,20 @@ def test_trace_streams_lets_a_changed_interface_through_not_blaming_the_user(mon
     assert "msched.trace_streams" in text and "_side_stream" not in text
 
 
+def test_trace_streams_names_a_table_dynamo_itself_cannot_use(monkeypatch) -> None:
+    """A table of a type torch's own functions fail on (a tuple) failed in msched's hook,
+    inside Dynamo, and came out as "cannot trace <your function> in one graph:
+    AttributeError: 'tuple' object has no attribute 'clear'"."""
+    from torch._dynamo import graph_bytecode_inputs as table_module
+
+    monkeypatch.setattr(table_module, "index_to_external_object_weakref", ())
+    with pytest.raises(msched.TorchInternalsError) as raised:
+        msched.trace_streams(_side_stream, torch.randn(4))
+    text = str(raised.value)
+    assert "index_to_external_object_weakref is a tuple" in text
+    assert "msched.trace_streams" in text and "_side_stream" not in text
+
+
 def test_every_listed_torch_interface_is_present() -> None:
     from msched.compile._inductor_internals import INTERFACES
     from msched.compile.interfaces import check_interfaces
