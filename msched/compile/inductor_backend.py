@@ -232,8 +232,11 @@ class CompiledPiece:
 
     def __call__(self, *args: Any) -> Any:
         with _CALL_LOCK:
-            self.streams.install(self.num_streams, self.num_events)
-            return self.compiled(*args)
+            undo = self.streams.install(self.num_streams, self.num_events)
+            try:
+                return self.compiled(*args)
+            finally:
+                undo()
 
 
 def compile_piece(

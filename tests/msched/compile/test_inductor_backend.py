@@ -243,6 +243,24 @@ def test_a_graph_that_computes_nothing_builds_and_runs() -> None:
     assert nothing and all(p.report is None and p.kernel_order is None for p in nothing)
 
 
+def _many_streams(x: torch.Tensor):
+    made = [torch.Stream(device="cpu") for _ in range(stream_index(1) + 1)]
+    return x.sin() + x.cos(), made[stream_index(1)]
+
+
+def test_a_piece_leaves_the_table_entries_of_dynamos_objects_as_they_were() -> None:
+    """msched's indices (1000 + stream, 2000 + event) are Dynamo's too once a frame makes
+    that many streams or events: the stream the function made at index 1001 came back as
+    msched's own stream 1, written over it by the piece's call."""
+    b = msched.backend(num_streams=2, compiler="inductor")
+    torch._dynamo.reset()
+    x = torch.randn(4)
+    with torch.no_grad():
+        got, stream = torch.compile(_many_streams, backend=b)(x)
+    assert torch.allclose(got, x.sin() + x.cos())
+    assert type(stream) is torch.Stream
+
+
 def test_pieces_called_from_two_threads_each_run_with_their_own_streams() -> None:
     """A call writes its streams into Dynamo's process-wide table, then runs its code: a
     call from another thread in between wrote its own, and the first piece's code ran on
