@@ -327,17 +327,35 @@ class _Unused:
 _UNUSED = _Unused()
 
 
-def set_dynamo_external_objects(objects: dict[int, Any]) -> None:
+def set_dynamo_external_objects(objects: dict[int, Any]) -> Callable[[], None]:
     """Write ``objects`` (index -> stream or event) into Dynamo's table, as weak references:
     the caller keeps them alive.  A list table (torch 2.15) is first padded up to the highest
-    index with a placeholder no op reads; entries Dynamo registered stay as they are."""
+    index with a placeholder no op reads; entries Dynamo registered stay as they are.
+
+    Returns the undo: it puts back what was at those indices (a frame that made more than
+    1000 streams or events has its own there) and drops the padding."""
     refs = _external_object_refs("msched.compile.native_streams")
-    if isinstance(refs, list) and objects:
-        end = max(objects) + 1
-        if len(refs) < end:
-            refs.extend([weakref.ref(_UNUSED)] * (end - len(refs)))
+    missing = object()
+    if isinstance(refs, list):
+        length = len(refs)
+        saved = {i: refs[i] if i < length else missing for i in objects}
+        if objects and length < max(objects) + 1:
+            refs.extend([weakref.ref(_UNUSED)] * (max(objects) + 1 - length))
+    else:
+        saved = {i: refs.get(i, missing) for i in objects}
     for index, value in objects.items():
         refs[index] = weakref.ref(value)
+
+    def undo() -> None:
+        for index, ref in saved.items():
+            if ref is not missing:
+                refs[index] = ref
+            elif isinstance(refs, dict):
+                refs.pop(index, None)
+        if isinstance(refs, list):
+            del refs[length:]
+
+    return undo
 
 
 @contextlib.contextmanager

@@ -54,9 +54,12 @@ import torch
 from torch.fx import GraphModule
 
 from msched._torch_internals import (
+    OpOverload,
+    OpOverloadPacket,
     aot_module_simplified,
     backend_compiler_failed,
     dynamo_graph_breaks,
+    qualified_name,
 )
 from msched.analysis.cost import CostModel, check_cost_model
 from msched.compile._reinplace import reinplace
@@ -71,6 +74,7 @@ from msched.compile.split_ops import parse_split_ops
 from msched.errors import (
     CollectiveOutsideGraphWarning,
     InvalidArgumentError,
+    InvalidGraphError,
     MschedError,
     NoGraphCompiledError,
     PieceVerificationError,
@@ -158,6 +162,7 @@ class MschedBackend:
         return tuple(p for g in self._graphs for p in g.pieces)
 
     def __call__(self, gm: GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        _refuse_own_streams(gm, f"graph{len(self._graphs)}")
         self._outside.check()
         if self.config.compiler == "inductor":
             from msched.compile.inductor_backend import compile_graph_with_inductor
@@ -252,6 +257,35 @@ def _collective_named(reason: str) -> str | None:
         return _WORK_WAIT
     if "distributed" in first.lower() and "collective" in first.lower():
         return first
+    return None
+
+
+def _refuse_own_streams(gm: GraphModule, name: str) -> None:
+    """Raise `InvalidGraphError` when Dynamo's graph ``gm`` has stream code of its own (the
+    model's ``torch.Stream`` / ``torch.Event`` calls, ``torch.ops.streams`` ops in the graph).
+
+    Why: msched schedules a graph without streams.  The model's own stream ops were read as
+    compute: with ``compiler="fx"`` the schedule failed verification ("[missing-node]
+    control_deps"), with ``"inductor"`` Inductor's lowering failed on them."""
+    found = [(n, _stream_op(n.target)) for n in gm.graph.nodes if n.op == "call_function"]
+    ops = sorted({f"torch.ops.{op.replace('::', '.')}" for _, op in found if op})
+    if not ops:
+        return
+    raise InvalidGraphError(
+        f"{name} has stream code of its own ({', '.join(ops)}: the model's streams and "
+        "events), and msched.backend schedules graphs without streams: compile the model "
+        "without its stream code to let msched choose the streams, or check that code "
+        "with msched.verify(msched.trace_streams(fn, *inputs))",
+        nodes=tuple(n.name for n, op in found if op),
+    )
+
+
+def _stream_op(target: Any) -> str | None:
+    """``streams::record_event`` for a ``torch.ops.streams`` op (packet or overload)."""
+    if isinstance(target, OpOverload):
+        target = target.overloadpacket
+    if isinstance(target, OpOverloadPacket) and qualified_name(target).startswith("streams::"):
+        return qualified_name(target)
     return None
 
 

@@ -53,7 +53,7 @@ from typing import Any
 import torch
 from torch.fx import GraphModule
 
-from msched._torch_internals import OpOverload, schema_of
+from msched._torch_internals import OpOverload, schema_of, tree_flatten
 from msched.analysis.cost import DefaultCostModel
 from msched.compile import _inductor_internals as internals
 from msched.compile import pieces
@@ -233,8 +233,11 @@ class CompiledPiece:
 
     def __call__(self, *args: Any) -> Any:
         with _CALL_LOCK:
-            self.streams.install(self.num_streams, self.num_events)
-            return self.compiled(*args)
+            undo = self.streams.install(self.num_streams, self.num_events)
+            try:
+                return self.compiled(*args)
+            finally:
+                undo()
 
 
 def compile_piece(
@@ -243,6 +246,10 @@ def compile_piece(
     """Compile one piece with Inductor (module docstring, steps 2-5); appends its `Piece`."""
     result = _PassResult()
     compiled, module, order = _compile(gm, example_inputs, config, result)
+    if module is None and result.gm is None and _computes_nothing(gm):
+        # Inductor generated no code: it runs the graph as it is, and nothing runs on a stream
+        sink.append(Piece(name, gm, None, None))
+        return compiled
     if config.verify and order is None:  # a cache hit whose order msched never kept
         warnings.warn(
             f"piece {name}: Inductor's cache served code msched kept no final order for "
@@ -263,6 +270,17 @@ def compile_piece(
         _define_stream_names(module, code, streams)
     sink.append(Piece(name, result.gm or gm, sched, report, code, program))
     return CompiledPiece(compiled, streams, config.num_streams, _events_in(code, sched))
+
+
+def _computes_nothing(gm: GraphModule) -> bool:
+    """Whether no call of Dynamo's graph ``gm`` makes a tensor (a graph that only reads the
+    stream made before a graph break from Dynamo's table): Inductor generates no code for it
+    (AOT autograd's graph has no call left) and returns a function that runs the graph."""
+    calls = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+    if any("example_value" not in n.meta and "val" not in n.meta for n in calls):
+        return False  # a value nobody computed may be a tensor
+    flat, _ = tree_flatten([n.meta.get("example_value", n.meta.get("val")) for n in calls])
+    return not any(isinstance(v, torch.Tensor) for v in flat)
 
 
 def _compile(

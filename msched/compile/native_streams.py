@@ -24,6 +24,7 @@ caller's current stream; CPU: stand-ins whose record and wait do nothing, and a
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -291,15 +292,17 @@ class NativeStreams:
             self._events[event] = made
         return self._events[event]
 
-    def install(self, num_streams: int, num_events: int) -> None:
+    def install(self, num_streams: int, num_events: int) -> Callable[[], None]:
         """Write this graph's streams and events into Dynamo's table (before every call:
         Dynamo's frame prologue clears entries it did not register).  The table is one per
         process and every build uses the same indices: a caller keeps the table as installed
         until its code has run (`msched.compile.inductor_backend.CompiledPiece` holds a lock
-        from here to the return of the code)."""
+        from here to the return of the code), then undoes the install (the returned
+        callable): Dynamo's own objects at these indices, in a frame that made over 1000
+        streams or events, are back for the code after the graph."""
         objects: dict[int, Any] = {stream_index(s): self.stream(s) for s in range(num_streams)}
         objects.update((event_index(e), self.event(e)) for e in range(num_events))
-        set_dynamo_external_objects(objects)
+        return set_dynamo_external_objects(objects)
 
 
 __all__ = [

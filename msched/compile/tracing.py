@@ -86,6 +86,9 @@ def trace_streams(
         caller = _AMBIENT[-1]
     else:
         caller = _new_caller_stream()
+    # A table of a type msched does not know is said now: Dynamo (or msched's hook in it)
+    # would fail on it inside the trace, as if ``fn`` could not be traced.
+    dynamo_external_objects()
     capture = _Capture(stage, caller)
     torch.compiler.reset()
     compiled = torch.compile(fn, backend=capture, fullgraph=True)

@@ -342,6 +342,24 @@ def test_msched_writes_and_reads_the_stream_table_in_either_shape(monkeypatch, s
         assert len(table) == 1002  # padded with a placeholder no op reads
 
 
+@pytest.mark.parametrize("shape", [dict, list])
+def test_writing_the_stream_table_can_be_undone_in_either_shape(monkeypatch, shape) -> None:
+    """What msched writes over (an object Dynamo registered at one of msched's indices) and
+    what it pads a list with come back as they were when the returned undo runs."""
+    from torch._dynamo import graph_bytecode_inputs as table_module
+
+    dynamos = [torch.Stream(device="cpu") for _ in range(1002)]
+    refs = [weakref.ref(s) for s in dynamos]
+    table = dict(enumerate(refs)) if shape is dict else list(refs)
+    monkeypatch.setattr(table_module, "index_to_external_object_weakref", table)
+    mine = {1001: torch.Stream(device="cpu"), 2000: torch.Event(device="cpu")}
+    undo = ti.set_dynamo_external_objects(mine)
+    assert ti.dynamo_external_objects()[1001] is mine[1001]
+    undo()
+    read = ti.dynamo_external_objects()
+    assert len(read) == len(dynamos) and all(read[i] is s for i, s in enumerate(dynamos))
+
+
 def test_a_stream_table_of_another_shape_is_a_torch_internals_error(monkeypatch) -> None:
     from torch._dynamo import graph_bytecode_inputs as table_module
 
@@ -367,6 +385,20 @@ def test_trace_streams_lets_a_changed_interface_through_not_blaming_the_user(mon
         msched.trace_streams(_side_stream, torch.randn(4))
     text = str(raised.value)
     assert f"index_to_external_object_weakref is a {type(changed).__name__}" in text
+    assert "msched.trace_streams" in text and "_side_stream" not in text
+
+
+def test_trace_streams_names_a_table_dynamo_itself_cannot_use(monkeypatch) -> None:
+    """A table of a type torch's own functions fail on (a tuple) failed in msched's hook,
+    inside Dynamo, and came out as "cannot trace <your function> in one graph:
+    AttributeError: 'tuple' object has no attribute 'clear'"."""
+    from torch._dynamo import graph_bytecode_inputs as table_module
+
+    monkeypatch.setattr(table_module, "index_to_external_object_weakref", ())
+    with pytest.raises(msched.TorchInternalsError) as raised:
+        msched.trace_streams(_side_stream, torch.randn(4))
+    text = str(raised.value)
+    assert "index_to_external_object_weakref is a tuple" in text
     assert "msched.trace_streams" in text and "_side_stream" not in text
 
 

@@ -850,3 +850,38 @@ def test_inputs_that_may_alias_in_the_unsplit_graph_share_one_label() -> None:
     mul_ = next(n for n in last.graph.nodes if n.target is torch.ops.aten.mul_.Tensor)
     mm_ = next(n for n in last.graph.nodes if n.target is torch.ops.aten.mm.default)
     assert "war" in msched.build_dag(last).dependencies(mul_)[mm_]
+
+
+class OwnStreams(torch.nn.Module):
+    """A model with stream code of its own (explicit streams: a CPU build has no current
+    stream for Dynamo to read)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.caller, self.side = torch.Stream(device="cpu"), torch.Stream(device="cpu")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ready, done = torch.Event(device="cpu"), torch.Event(device="cpu")
+        y = x * 2
+        ready.record(self.caller)
+        with self.side:
+            ready.wait(self.side)
+            z = y.relu()
+            done.record(self.side)
+        done.wait(self.caller)
+        return z + y
+
+
+@pytest.mark.parametrize("compiler_name", ["fx", "inductor"])
+def test_a_graph_with_its_own_stream_code_is_refused_naming_it(compiler_name) -> None:
+    """msched schedules graphs without streams: the model's own ``torch.ops.streams`` calls
+    failed as "[missing-node] control_deps ... the schedule dropped it" (``fx``) or in
+    Inductor's lowering ("Node referenced nonexistent target", ``inductor``)."""
+    torch._dynamo.reset()
+    b = msched.backend(num_streams=2, compiler=compiler_name)
+    with torch.no_grad(), pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as info:
+        torch.compile(OwnStreams(), backend=b)(torch.randn(4))
+    inner = info.value.inner_exception
+    assert isinstance(inner, msched.InvalidGraphError)
+    assert "stream code of its own" in str(inner) and "record_event" in str(inner)
+    assert "trace_streams" in str(inner)

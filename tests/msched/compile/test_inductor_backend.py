@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 from pathlib import Path
 
 import pytest
@@ -218,6 +219,46 @@ def test_a_piece_compiled_again_returns_what_its_graph_returns() -> None:
         x = torch.randn(tokens, 4)
         got = inductor_backend.compile_piece("graph0.submod_0", part, [x], config, [])(x)
         assert isinstance(got, torch.Tensor) and torch.equal(got, (x * 2).relu())
+
+
+def _stream_then_graph_break(x: torch.Tensor):
+    side = torch.Stream(device="cpu")
+    torch._dynamo.graph_break()
+    return x + 1, side
+
+
+def test_a_graph_that_computes_nothing_builds_and_runs() -> None:
+    """A stream made before a graph break is a graph of its own that computes nothing
+    (Dynamo's graph reads the stream from its table; AOT autograd drops that): Inductor
+    generates no code for it, and msched compiled it twice more and raised "Inductor
+    generated no code to verify", where the default backend runs it."""
+    b = msched.backend(num_streams=2, compiler="inductor")
+    torch._dynamo.reset()
+    x = torch.randn(4)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no "cache served code" warning
+        got, _ = torch.compile(_stream_then_graph_break, backend=b)(x)
+    assert torch.equal(got, x + 1)
+    nothing = [p for p in b.pieces if not p.code]
+    assert nothing and all(p.report is None and p.kernel_order is None for p in nothing)
+
+
+def _many_streams(x: torch.Tensor):
+    made = [torch.Stream(device="cpu") for _ in range(stream_index(1) + 1)]
+    return x.sin() + x.cos(), made[stream_index(1)]
+
+
+def test_a_piece_leaves_the_table_entries_of_dynamos_objects_as_they_were() -> None:
+    """msched's indices (1000 + stream, 2000 + event) are Dynamo's too once a frame makes
+    that many streams or events: the stream the function made at index 1001 came back as
+    msched's own stream 1, written over it by the piece's call."""
+    b = msched.backend(num_streams=2, compiler="inductor")
+    torch._dynamo.reset()
+    x = torch.randn(4)
+    with torch.no_grad():
+        got, stream = torch.compile(_many_streams, backend=b)(x)
+    assert torch.allclose(got, x.sin() + x.cos())
+    assert type(stream) is torch.Stream
 
 
 def test_pieces_called_from_two_threads_each_run_with_their_own_streams() -> None:
