@@ -90,11 +90,23 @@ def decoder_stack() -> Callable[..., DecoderStack]:
     ``capture_op`` is an engine's own capture op (schema ``(Tensor(a!) dest, Tensor src,
     int start, int end) -> ()``; default ``msched::inplace_slice_copy``); ``tp``, ``ep``
     and ``microbatches`` build sharded stacks with functional collectives (run them on
-    ranks with ``msched_ranks``).
+    ranks with ``msched_ranks``).  Its nodes carry their sizes (`DecoderStack.with_sizes`),
+    so the snapshot header and the summary show the schedule's memory; a stack whose sizes
+    cannot be propagated (an engine's capture op without a fake implementation) has none,
+    and shows none.
     """
     from msched.models.decoders import decoder_stack as build_decoder_stack
 
-    return build_decoder_stack
+    def sized_decoder_stack(*args: Any, **kwargs: Any) -> DecoderStack:
+        stack = build_decoder_stack(*args, **kwargs)
+        try:
+            return stack.with_sizes()
+        except Exception:  # sizes are for pictures only: a stack without them still tests
+            for node in stack.gm.graph.nodes:
+                node.meta.pop("val", None)
+            return stack
+
+    return sized_decoder_stack
 
 
 @pytest.fixture
