@@ -78,3 +78,20 @@ def test_old_snapshots_pass_and_snapshot_update_adds_the_memory_line(
 
     pytester.runpytest("--snapshot-update").assert_outcomes(passed=1)
     assert path.read_text() == written
+
+
+def test_stacks_that_differ_by_seed_share_their_sizes_others_do_not() -> None:
+    from msched.models.decoders import decoder_stack
+    from pytest_msched.fixtures import _sized, _sizes_key
+
+    def sized(**kwargs: object):
+        return _sized(decoder_stack(**kwargs), _sizes_key((), kwargs))  # type: ignore[arg-type]
+
+    first, second = (
+        sized(n_layers=2, capture_layers=(1,), seed=1),
+        sized(n_layers=2, capture_layers=(1,), seed=2),
+    )
+    for a, b in zip(first.gm.graph.nodes, second.gm.graph.nodes, strict=True):
+        assert a.meta.get("val") is b.meta.get("val")  # reused, not propagated again
+    wider = sized(n_layers=2, capture_layers=(1,), hidden=16)
+    assert wider.gm.graph.find_nodes(op="placeholder")[0].meta["val"].shape == (4, 16)
