@@ -55,6 +55,11 @@ class ReadingContext:
         value = self._request.getfixturevalue(DIALECT_FIXTURE)
         return None if value is None else as_dialect(value)
 
+    def updating_snapshots(self) -> bool:
+        """Whether the run rewrites snapshots (syrupy's ``--snapshot-update``)."""
+        config = self._request.config if self._request is not None else None
+        return config is not None and bool(config.getoption("update_snapshots", False))
+
     def requested_streams(self) -> int | None:
         """The ``num_streams`` of the running test (``3`` in ``test[streams3]``), if any."""
         callspec = getattr(self._request.node, "callspec", None) if self._request else None

@@ -50,7 +50,9 @@ class GraphRecord:
 
     ``num_streams`` is the stream count the test asked for (``3`` in ``test[streams3]``; the
     streams of a traced graph); ``used`` the streams that run a node of the scheduled graph
-    (None: not known), ``test`` the node id of the test that scheduled it.
+    (None: not known), ``test`` the node id of the test that scheduled it; ``memory`` and
+    ``original_memory`` the ``reserved_bound`` (`msched.peak_memory`) of the scheduled graph
+    and of the graph it was given, in bytes (None: its nodes carry no sizes).
     """
 
     num_streams: int
@@ -60,13 +62,26 @@ class GraphRecord:
     traced: bool = False
     used: int | None = None
     test: str = ""
+    memory: int | None = None
+    original_memory: int | None = None
 
     @classmethod
     def of(cls, check: checks.ScheduleCheck, requested: int, test: str) -> GraphRecord:
         sched, report = check.schedule, check.report
         violations = None if report is None else len(report.violations)
         used = _streams_used(check)
-        return cls(requested, sched.num_events, sched.num_waits, violations, False, used, test)
+        memory, original = _memory_of(check)
+        return cls(
+            requested,
+            sched.num_events,
+            sched.num_waits,
+            violations,
+            False,
+            used,
+            test,
+            memory,
+            original,
+        )
 
     @property
     def lazy(self) -> bool:
@@ -85,6 +100,23 @@ def _streams_used(check: checks.ScheduleCheck) -> int | None:
         return None
     inputs = ("placeholder", "get_attr", "output")
     return len({s.stream for s in program.compute_steps if s.node.op not in inputs})
+
+
+def _memory_of(check: checks.ScheduleCheck) -> tuple[int | None, int | None]:
+    """The ``reserved_bound`` of the scheduled graph and of its original; None where the
+    nodes carry no sizes or the original is not kept."""
+    from msched.errors import MschedError
+    from msched.proof.memory import sized_memory
+
+    sched = check.schedule
+    memory = sized_memory(sched.gm, dialect=check.dialect)
+    if memory is None:
+        return None, None
+    try:
+        original = sized_memory(sched.original)
+    except MschedError:  # read back without its original
+        original = None
+    return memory.reserved_bound, None if original is None else original.reserved_bound
 
 
 @dataclass(frozen=True)
@@ -123,6 +155,7 @@ class SessionStats:
             if unverified:
                 lines[-1] += f" ({unverified} graphs not verified: --msched-verify=off)"
             lines += _lazy_lines(scheduled)
+            lines += _memory_lines(scheduled)
         if traced:
             streams = max(r.num_streams for r in traced)
             waits = sum(r.num_waits for r in traced)
@@ -131,6 +164,30 @@ class SessionStats:
                 f"{waits} waits"
             )
         return lines
+
+
+def _memory_lines(scheduled: list[GraphRecord]) -> list[str]:
+    """The summary line of the memory the schedules hold under any timing against their
+    unscheduled graphs: the largest ratio and its test; nothing when no graph had sizes."""
+    sized = [r for r in scheduled if r.memory is not None]
+    if not sized:
+        return []
+    peak = max(r.memory or 0 for r in sized)
+    line = f"peak memory (reserved under any timing): up to {_mib(peak)}"
+    ratios = [
+        (r.memory / r.original_memory, r.test)
+        for r in sized
+        if r.memory is not None and r.original_memory
+    ]
+    if ratios:
+        ratio, test = max(ratios, key=lambda x: (x[0], x[1]))
+        line += f", at most {ratio:.2f}x the unscheduled graph's ({test})"
+    unsized = len(scheduled) - len(sized)
+    return [line + (f"; {unsized} graphs without sizes" if unsized else "")]
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.2f} MiB"
 
 
 #: Tests named on the summary's line of schedulers that used fewer streams than asked for.

@@ -90,11 +90,59 @@ def decoder_stack() -> Callable[..., DecoderStack]:
     ``capture_op`` is an engine's own capture op (schema ``(Tensor(a!) dest, Tensor src,
     int start, int end) -> ()``; default ``msched::inplace_slice_copy``); ``tp``, ``ep``
     and ``microbatches`` build sharded stacks with functional collectives (run them on
-    ranks with ``msched_ranks``).
+    ranks with ``msched_ranks``).  Its nodes carry their sizes (`DecoderStack.with_sizes`),
+    so the snapshot header and the summary show the schedule's memory; a stack whose sizes
+    cannot be propagated (an engine's capture op without a fake implementation) has none,
+    and shows none.
     """
     from msched.models.decoders import decoder_stack as build_decoder_stack
 
-    return build_decoder_stack
+    def sized_decoder_stack(*args: Any, **kwargs: Any) -> DecoderStack:
+        return _sized(build_decoder_stack(*args, **kwargs), _sizes_key(args, kwargs))
+
+    return sized_decoder_stack
+
+
+#: The sizes of the stacks built so far (node name -> ``meta["val"]``), by their arguments
+#: but the seed: the weights change with it, the shapes do not, and propagating fake tensors
+#: costs a tenth of a second per stack, which suites of hundreds of stacks would pay.
+_STACK_SIZES: dict[Any, dict[str, Any]] = {}
+_STACK_SIZES_KEPT = 64
+_NO_VALUE = object()  # a node propagation gave no value (an op that returns nothing)
+
+
+def _sizes_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The arguments of a stack but its seed, hashable (None: they are not)."""
+    key = (args, tuple(sorted((k, v) for k, v in kwargs.items() if k != "seed")))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _sized(stack: DecoderStack, key: Any) -> DecoderStack:
+    """``stack`` with its sizes (`DecoderStack.with_sizes`, or those of a stack built with
+    the same arguments but the seed); a stack whose sizes cannot be propagated (an engine's
+    capture op without a fake implementation) keeps none."""
+    nodes = list(stack.gm.graph.nodes)
+    known = _STACK_SIZES.get(key) if key is not None else None
+    if known is not None and list(known) == [n.name for n in nodes]:
+        for node in nodes:
+            if known[node.name] is not _NO_VALUE:
+                node.meta["val"] = known[node.name]
+        return stack
+    try:
+        stack.with_sizes()
+    except Exception:  # sizes are for pictures only: a stack without them still tests
+        for node in nodes:
+            node.meta.pop("val", None)
+        return stack
+    if key is not None:
+        if len(_STACK_SIZES) >= _STACK_SIZES_KEPT:
+            _STACK_SIZES.pop(next(iter(_STACK_SIZES)))
+        _STACK_SIZES[key] = {n.name: n.meta.get("val", _NO_VALUE) for n in nodes}
+    return stack
 
 
 @pytest.fixture

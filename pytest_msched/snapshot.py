@@ -99,6 +99,20 @@ class ScheduledGraphExtension(SingleFileSnapshotExtension):
             f"a piece of msched.backend(compiler='inductor'), got {type(data).__name__}"
         )
 
+    def matches(self, *, serialized_data: Any, snapshot_data: Any) -> bool:
+        """Equal texts; or a snapshot written before the header had its memory line (see
+        `without_memory_line`) equal to the received text without that line, unless the run
+        rewrites snapshots (``--snapshot-update`` then adds the line)."""
+        if serialized_data == snapshot_data:
+            return True
+        if not isinstance(serialized_data, str) or not isinstance(snapshot_data, str):
+            return False
+        context = reading_context()
+        if context is not None and context.updating_snapshots():
+            return False
+        old = without_memory_line(snapshot_data)
+        return old == snapshot_data and without_memory_line(serialized_data) == old
+
     def diff_lines(self, serialized_data: Any, snapshot_data: Any) -> Iterator[str]:
         """The schedule summary first, then hunks of ``- snapshot`` / ``+ received`` lines."""
         from msched.pictures.diff import snapshot_summary
@@ -121,6 +135,22 @@ class ScheduledGraphExtension(SingleFileSnapshotExtension):
                 yield reset(received_style(f"+ {line[1:]}"))
             else:
                 yield reset(context_style(f"  {line[1:]}"))
+
+
+#: The header lines a memory line may follow (version, counts, times).
+_HEADER_BEFORE_MEMORY = 3
+_MEMORY_PREFIX = "# memory "  # msched.pictures.text.MEMORY_PREFIX, without importing torch
+
+
+def without_memory_line(text: str) -> str:
+    """``text`` without its header's ``# memory ...`` line (the text itself when it has
+    none): users' snapshots written before msched showed memory still match."""
+    lines = text.split("\n")
+    head = lines[: _HEADER_BEFORE_MEMORY + 1]
+    for i, line in enumerate(head):
+        if line.startswith(_MEMORY_PREFIX):
+            return "\n".join(lines[:i] + lines[i + 1 :])
+    return text
 
 
 def _kernel_order_text(piece: Any, requested: int | None) -> str:

@@ -49,6 +49,8 @@ What msched reads and where (torch 2.13, 2.14, 2.15):
     computes dependencies; msched adds, before it runs, a tie from every operation lowered
     from a node after a wait to that wait's operations
     (``GraphLowering._void_ctrl_dep_op_names``), `tie_kernels`.
+13. Buffer layouts for memory (`msched.compile._inductor_buffers`): ``Buffer.get_output_spec``,
+    ``NoneLayout``, ``MultiOutputLayout``, ``GraphLowering.graph_inputs`` and ``constants``.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from typing import Any
 
 import torch
 
+from msched.compile._inductor_buffers import buffer_layouts
 from msched.compile._inductor_comm import communication, issue_positions
 from msched.compile.final_order import (
     ISSUE_META,
@@ -88,6 +91,10 @@ INTERFACES: tuple[tuple[str, str], ...] = (
     ("torch._inductor.graph", "GraphLowering.compile_to_module"),
     ("torch._inductor.graph", "GraphLowering.never_reuse_buffers"),
     ("torch._inductor.graph", "GraphLowering.graph_inputs"),
+    ("torch._inductor.graph", "GraphLowering.constants"),
+    ("torch._inductor.ir", "Buffer.get_output_spec"),
+    ("torch._inductor.ir", "MultiOutputLayout"),
+    ("torch._inductor.ir", "NoneLayout"),
     ("torch._inductor.ir", "FallbackKernel"),
     ("torch._inductor.dependencies", "WeakDep"),
     ("torch._inductor.ir", "MutationOutput"),
@@ -130,6 +137,7 @@ _INSTANCE_ATTRIBUTES = frozenset(
         "Scheduler.mutation_real_name",
         "GraphLowering.never_reuse_buffers",
         "GraphLowering.graph_inputs",
+        "GraphLowering.constants",
         "GraphLowering.additional_buffer_deps",
         "GraphLowering._void_ctrl_dep_op_names",
         "GraphLowering.module",
@@ -373,6 +381,7 @@ def _final_order(graph: Any, scheduler: Any) -> FinalOrder:
         tuple(graph.graph_inputs),
         tuple(graph.get_output_names()),
         stream_names=names,
+        layouts=buffer_layouts(graph, scheduler),
     )
 
 
@@ -459,10 +468,9 @@ def compile_fx(gm: Any, example_inputs: Any, **config: Any) -> Any:
 def compile_fx_uncached(gm: Any, example_inputs: Any) -> Any:
     """`compile_fx` with no cache that could serve a compiled graph (Inductor's FX graph
     cache, local and remote, and AOT autograd's cache), so Inductor generates its code.
-
-    Unlike ``force_disable_caches``, which compiles into a fresh cache folder, the caches of
-    compiled C++ kernels and of the CPU's vector ISA checks stay on: they reuse a binary, never
-    skip code generation, and a cold folder costs seconds of ``g++`` per call."""
+    Unlike ``force_disable_caches`` (a fresh cache folder), the caches of compiled C++
+    kernels and of the CPU's vector ISA checks stay on: they reuse a binary, never skip code
+    generation, and a cold folder costs seconds of ``g++`` per call."""
     from torch._functorch import config as functorch_config
 
     with functorch_config.patch(enable_autograd_cache=False):
@@ -559,22 +567,15 @@ def stream_op_named(name: str) -> Any:
 
 @functools.cache
 def let_cpu_tensors_record_streams() -> None:
-    """Make Dynamo's ``streams::record_stream`` do nothing for a CPU tensor.
-
-    ``aten::record_stream`` has no CPU kernel, so a compiled CPU piece whose schedule keeps a
-    buffer alive for a side stream raised ``NotImplementedError`` when it ran.  Nothing runs
-    on a CPU stream (the kernels run in program order), so there is nothing to keep alive:
-    the call stays in the code msched verifies and does nothing, like the CPU stand-ins'
-    record and wait.  Once per process; a CPU ``record_stream`` raised before, so no working
-    program changes."""
+    """Make Dynamo's ``streams::record_stream`` do nothing for a CPU tensor: ``aten::
+    record_stream`` has no CPU kernel, so a compiled CPU piece that keeps a buffer alive for
+    a side stream raised ``NotImplementedError``.  Nothing runs on a CPU stream, so there is
+    nothing to keep alive: the call stays in the code msched verifies and does nothing, like
+    the CPU stand-ins' record and wait.  Once per process (a CPU call raised before)."""
     importlib.import_module("torch._dynamo.variables.streams")
     from torch._library.custom_ops import OPDEFS
 
-    OPDEFS["streams::record_stream"].register_kernel("cpu")(_record_nothing)
-
-
-def _record_nothing(tensor: torch.Tensor, stream_index: int) -> None:
-    return None
+    OPDEFS["streams::record_stream"].register_kernel("cpu")(lambda tensor, index: None)
 
 
 @contextlib.contextmanager

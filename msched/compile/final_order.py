@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from msched.analysis.collectives import collectives_in
+from msched.compile._inductor_buffers import BufferLayout
 from msched.proof.collective_order import ISSUE_META as _ISSUE_META
 
 __all__ = [
@@ -90,7 +91,8 @@ def stamp_issue_order(gm: Any) -> None:
 class FinalOrder:
     """What Inductor generated for one graph: the final node order, the graph's inputs and
     outputs (buffer names), the buffer reuses (``(old, new)``: ``new`` is written into
-    ``old``'s memory) and the output source code (empty until the module is built)."""
+    ``old``'s memory), the output source code (empty until the module is built) and the
+    ``layouts`` of the buffers (`msched.compile._inductor_buffers`)."""
 
     nodes: tuple[ScheduledNode, ...]
     inputs: tuple[str, ...]
@@ -99,6 +101,7 @@ class FinalOrder:
     code: str = ""
     stream_names: tuple[tuple[str, int], ...] = ()
     module: Any = None
+    layouts: tuple[tuple[str, BufferLayout], ...] = ()
 
 
 def communication_op(name: str) -> Any:

@@ -29,6 +29,14 @@ here is that code, kernel by kernel, in the order the wrapper calls them:
 
 ``gm.meta["msched_caller_stream"]`` holds the caller's table indices.  ``meta["msched_kernel"]``
 of each kernel node is its `ScheduledNode`.
+
+Sizes, for `msched.peak_memory`: where the order has the buffers' layouts
+(`FinalOrder.layouts`, read from Inductor's buffers when msched recorded the order), each
+placeholder's ``meta["val"]`` is its layout (None when it has none: a symbolic size), each
+kernel's the tuple of the layouts of its new buffers and each ``getitem``'s its buffer's.  A
+reused buffer is written into the old buffer's storage, so it allocates nothing.  A kernel
+with a new buffer of unknown layout gets no ``meta["val"]``: its memory is not known, and
+``peak_memory`` says so rather than count it as nothing.
 """
 
 from __future__ import annotations
@@ -77,8 +85,11 @@ class _Builder:
         self.graph = Graph()
         self.storage: dict[str, Node] = {}
         self.reused_into = dict((new, old) for old, new in order.reuses)
+        self.layouts = dict(order.layouts)
         for name in _unproduced_reads(order):
             self.storage[name] = self.graph.placeholder(_identifier(name))
+            if self.layouts:
+                self.storage[name].meta["val"] = self.layouts.get(name)
 
     def resolve(self, name: str) -> Node | None:
         return self.storage.get(name)
@@ -149,10 +160,14 @@ class _Builder:
         call.name = _identifier(node.name)
         call.meta[KERNEL_META] = node
         _set_stream(call, node.stream)
+        if self.layouts and all(b in self.layouts for b in fresh):
+            call.meta["val"] = tuple(self.layouts[b] for b in fresh)
         for i, buffer in enumerate(fresh):
             item = self.graph.call_function(operator.getitem, (call, i))
             item.name = _identifier(buffer)
             _set_stream(item, node.stream)
+            if buffer in self.layouts:
+                item.meta["val"] = self.layouts[buffer]
             self.storage[buffer] = item
         for buffer in node.outputs:
             if buffer in mutated:

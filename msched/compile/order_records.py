@@ -32,11 +32,14 @@ import os
 import re
 import secrets
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from msched.compile import _inductor_internals as internals
+from msched.compile._inductor_buffers import BufferLayout
 from msched.compile._inductor_internals import FinalOrder, ScheduledNode
 
 FORMAT = 2  # the version of a record; another version is never read (2: communication kernels)
@@ -173,6 +176,10 @@ def _encoded(order: FinalOrder) -> dict[str, Any]:
         "outputs": list(order.outputs),
         "reuses": [list(r) for r in order.reuses],
         "stream_names": [list(s) for s in order.stream_names],
+        "layouts": [
+            [name, list(x.shape), list(x.stride), str(x.dtype).removeprefix("torch.")]
+            for name, x in order.layouts
+        ],
     }
 
 
@@ -233,7 +240,15 @@ def _decoded(data: dict[str, Any], code: str) -> FinalOrder:
         reuses=tuple((old, new) for old, new in data["reuses"]),
         code=code,
         stream_names=tuple((name, index) for name, index in data["stream_names"]),
+        layouts=tuple(_decoded_layouts(data.get("layouts", ()))),  # records before: none
     )
+
+
+def _decoded_layouts(data: Iterable[Any]) -> Iterator[tuple[str, BufferLayout]]:
+    for name, shape, stride, dtype in data:
+        found = getattr(torch, dtype, None)
+        if isinstance(found, torch.dtype):
+            yield name, BufferLayout(tuple(shape), tuple(stride), found)
 
 
 def _decoded_node(data: dict[str, Any]) -> ScheduledNode:

@@ -33,7 +33,13 @@ from torch import Tensor, nn
 from torch.fx import Graph, GraphModule, Node
 
 from msched._lazy import lazy_graph_module
-from msched._torch_internals import FunctionSchema, OpOverload, OpOverloadPacket, schema_of
+from msched._torch_internals import (
+    FunctionSchema,
+    OpOverload,
+    OpOverloadPacket,
+    fake_tensor_mode,
+    schema_of,
+)
 from msched.errors import InvalidArgumentError
 from msched.limits import positive_int
 from msched.models import reference_ops as _reference_ops  # noqa: F401  (defines the ops)
@@ -174,6 +180,21 @@ class DecoderStack:
         x, dest = self.example_inputs()
         out = self._reference_gm(x, dest)
         return out, dest
+
+    def with_sizes(self) -> DecoderStack:
+        """Give every node of ``gm`` its size: ``meta["val"]``, a fake tensor propagated from
+        `example_inputs` (the weights are the module's real buffers); returns ``self``.
+
+        Why: `msched.peak_memory`, ``Schedule.memory`` and every picture's memory read the
+        nodes' sizes, and the stack is built without them (propagating costs a tenth of a
+        second on a 12-layer stack, which most tests need not pay).  The CLI and the plugin's
+        ``decoder_stack`` fixture call it.
+        """
+        from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+        mode = fake_tensor_mode(allow_non_fake_inputs=True)
+        FakeTensorProp(self.gm, mode=mode).propagate(*self.example_inputs())
+        return self
 
     def capture_slice(self, layer: int) -> tuple[int, int]:
         """The ``[start, end)`` columns of ``dest`` that capture ``layer`` writes."""

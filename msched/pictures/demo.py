@@ -22,6 +22,7 @@ from msched.pictures.svg import render_svg
 from msched.pictures.text import render_text, step_text
 from msched.pictures.trace import render_perfetto
 from msched.pictures.view import View, host_index, joining_wait, view_of
+from msched.proof.memory import MemoryReport, format_bytes, sized_memory
 from msched.proof.program import Step
 from msched.scheduling.pipeline import Schedule
 
@@ -97,21 +98,31 @@ def demo_pictures(rows: Sequence[DemoRow]) -> dict[str, str]:
     }
 
 
+#: The demo table's columns, and the width of each.
+_TABLE = (
+    ("streams", 8),
+    ("nodes", 8),
+    ("events", 8),
+    ("waits", 8),
+    ("makespan", 8),
+    ("lower bound", 11),
+    ("speed-up", 11),
+    ("peak allocated", 16),
+    ("reserved bound", 16),
+    ("verified", 11),
+)
+
+
 def _table_lines(rows: Sequence[DemoRow]) -> list[str]:
+    """The table: counts, times and speed-up against one stream; then the peak memory
+    (allocated, and reserved under any timing) and its ratio to the unscheduled graph's
+    (`msched.peak_memory`; ``-`` where the graph carries no sizes)."""
     base = rows[0].schedule.makespan
-    head = (
-        "streams",
-        "nodes",
-        "events",
-        "waits",
-        "makespan",
-        "lower bound",
-        "speed-up",
-        "verified",
-    )
-    lines = ["  ".join(f"{h:>11}" if i >= 5 else f"{h:>8}" for i, h in enumerate(head))]
+    original = _original_memory(rows[0].schedule)
+    lines = ["  ".join(f"{h:>{w}}" for h, w in _TABLE)]
     for row in rows:
         s = row.schedule
+        memory = _view_memory(row)
         cells = (
             row.streams,
             len(s.gm.graph.nodes),
@@ -120,10 +131,31 @@ def _table_lines(rows: Sequence[DemoRow]) -> list[str]:
             format_number(s.makespan),
             format_number(s.lower_bound),
             f"{base / s.makespan:.2f}x" if s.makespan else "-",
+            _memory_cell(memory, original, "allocated"),
+            _memory_cell(memory, original, "reserved_bound"),
             "ok" if row.ok else f"FAILED ({len(row.problems)})",
         )
-        lines.append("  ".join(f"{c:>11}" if i >= 5 else f"{c:>8}" for i, c in enumerate(cells)))
+        lines.append("  ".join(f"{c:>{w}}" for c, (_, w) in zip(cells, _TABLE, strict=True)))
     return lines
+
+
+def _view_memory(row: DemoRow) -> MemoryReport | None:
+    return sized_memory(row.schedule.gm, dialect=row.schedule.dialect)
+
+
+def _original_memory(sched: Schedule) -> MemoryReport | None:
+    """The memory of the graph before it was scheduled (its host order, one stream)."""
+    return sized_memory(sched.original)
+
+
+def _memory_cell(memory: MemoryReport | None, original: MemoryReport | None, what: str) -> str:
+    """``3.5 KiB 1.40x``: a peak and its ratio to the original's; ``-`` when unknown."""
+    if memory is None:
+        return "-"
+    peak = getattr(memory, what)
+    cell = format_bytes(peak)
+    base = getattr(original, what) if original is not None else 0
+    return f"{cell} {peak / base:.2f}x" if base else cell
 
 
 def layer_members(stack: DecoderStack, layer: int) -> set[str]:

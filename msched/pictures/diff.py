@@ -447,6 +447,8 @@ class _Diff:
         ]
         if a.lower_bound != b.lower_bound:
             parts.append(change("lower bound", a.lower_bound, b.lower_bound))
+        if _memory_changed(a, b):
+            parts.append(_memory_change(str(a.memory), str(b.memory)))
         line = ", ".join(parts)
         other, unread = self.other_arguments()
         if other:
@@ -521,8 +523,33 @@ def same_schedule(a: ParsedSchedule, b: ParsedSchedule) -> bool:
     """Whether ``a`` and ``b`` print the same text (arguments and tensors compared where both
     know them: JSON does not keep them), up to how waits are grouped: ``switch, wait @a @b``
     is the same sync as ``wait @a`` and ``wait @b`` lines after a change of lane (the text of
-    earlier versions, or a dialect without a switch that waits)."""
-    return a.summary == b.summary and _same_lines(a, b)
+    earlier versions, or a dialect without a switch that waits).  The memory lines are
+    compared when both texts have one (texts written before the line existed have none)."""
+    return a.summary == b.summary and not _memory_changed(a, b) and _same_lines(a, b)
+
+
+def _memory_change(a: str, b: str) -> str:
+    """``memory: reserved 4 MiB → 6 MiB, bound 4 MiB → 8 MiB``: the figures of the header's
+    memory lines that changed (the whole lines when they do not read as figures)."""
+    fa, fb = _memory_figures(a), _memory_figures(b)
+    if fa.keys() != fb.keys():
+        return f"memory {a} {ARROW} {b}"
+    changed = [f"{k} {fa[k]} {ARROW} {fb[k]}" for k in fa if fa[k] != fb[k]]
+    return "memory: " + ", ".join(changed)
+
+
+def _memory_figures(text: str) -> dict[str, str]:
+    """``allocated 2.5 KiB, reserved 4 MiB, ...`` as ``{"allocated": "2.5 KiB", ...}``."""
+    figures = {}
+    for part in text.split(", "):
+        name, _, value = part.partition(" ")
+        figures[name] = value
+    return figures
+
+
+def _memory_changed(a: ParsedSchedule, b: ParsedSchedule) -> bool:
+    """Whether both headers show memory, and differently."""
+    return a.memory is not None and b.memory is not None and a.memory != b.memory
 
 
 def _same_lines(a: ParsedSchedule, b: ParsedSchedule) -> bool:

@@ -17,7 +17,7 @@ from msched.analysis.collectives import collective_of, waited, waits_of
 from msched.analysis.cost import CostModel
 from msched.analysis.dag import REASONS
 from msched.pictures.labels import format_number
-from msched.pictures.text import node_text, step_text, switch_text
+from msched.pictures.text import memory_text, node_text, step_text, switch_text
 from msched.pictures.view import (
     View,
     dependencies_by_name,
@@ -26,6 +26,7 @@ from msched.pictures.view import (
     joining_wait,
     view_of,
 )
+from msched.proof.memory import format_bytes
 from msched.proof.program import Step
 from msched.scheduling import assign
 from msched.scheduling.pipeline import Schedule
@@ -78,7 +79,24 @@ def explain_lines(sched: Schedule, node: Node, cost_model: CostModel | None = No
         *_wait_lines(e, node),
         f"Nodes that depend on {name}:",
         *_dependent_lines(e, node),
+        *_memory_lines(e.v, node),
     ]
+
+
+def _memory_lines(v: View, node: Node) -> list[str]:
+    """The schedule's peak memory and the memory right after ``node`` (`View.memory`);
+    nothing when the graph carries no sizes."""
+    m = v.memory
+    if m is None:
+        return []
+    lines = ["Memory (msched.peak_memory):", f"  peak: {memory_text(m)}"]
+    point = next((p for p in m.curve if p.node == node.name), None)
+    if point is not None:
+        lines.append(
+            f"  after {node.name}: {format_bytes(point.allocated)} live, "
+            f"{format_bytes(point.reserved)} reserved"
+        )
+    return lines
 
 
 def placement_text(sched: Schedule, node: Node) -> str:

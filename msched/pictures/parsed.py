@@ -43,7 +43,8 @@ class ParsedSchedule(Summarized[str]):
     ``output``: the record they would bind to); ``text`` the right-hand side of each compute
     or host-only node's line (``aten.mm.default(a, b)``) and the tensor of each
     ``record_stream`` (None when read from JSON, which keeps neither) and ``reads`` the nodes
-    a compute node names as arguments.
+    a compute node names as arguments; ``memory`` the header's memory line after
+    ``# memory `` (None: the text has none, or it is JSON).
     """
 
     summary: Summary[str]
@@ -54,6 +55,7 @@ class ParsedSchedule(Summarized[str]):
     binding: dict[Node, Node | None]
     text: dict[Node, str | None]
     reads: dict[Node, tuple[Node, ...]]
+    memory: str | None = None
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -119,8 +121,9 @@ class ProgramBuilder:
         self.steps.append(Step(node, kind, stream, event, **more))
         return node
 
-    def finish(self, head: Summary[str], where: str) -> ParsedSchedule:
-        """The schedule of the steps so far; ``where`` names it when it has no output."""
+    def finish(self, head: Summary[str], where: str, memory: str | None = None) -> ParsedSchedule:
+        """The schedule of the steps so far; ``where`` names it when it has no output;
+        ``memory`` is the header's memory line, if any."""
         program, reads = self._program(head.num_streams, where)
         clocks = clocks_of(program)
         names = event_names(program, clocks)
@@ -139,6 +142,7 @@ class ProgramBuilder:
             binding=binding,
             text=self.text,
             reads=reads,
+            memory=memory,
         )
 
     def _program(

@@ -10,7 +10,7 @@ from torch.fx import GraphModule, Node
 from msched.analysis.cost import CostModel, op_category
 from msched.analysis.nodes import INPUT_OPS
 from msched.pictures.labels import counts, format_number, op_label, stream_title
-from msched.pictures.text import step_text
+from msched.pictures.text import memory_text, step_text
 from msched.pictures.view import (
     Communication,
     StreamJoin,
@@ -20,6 +20,7 @@ from msched.pictures.view import (
     stream_joins,
     view_of,
 )
+from msched.proof.memory import format_bytes
 from msched.proof.program import Step
 from msched.scheduling.pipeline import Schedule
 
@@ -37,6 +38,7 @@ CATEGORY_COLOURS = {
 _DARK = ("attention", "capture / in-place", "comm")
 _LEFT, _TOP, _LANE, _BOX, _CHAR = 130, 64, 46, 30, 6.1
 _LEGEND_ROW = 18  # a second legend row: the stream-wide joins and host barriers
+_BAND, _BAND_GAP = 48, 28  # the memory band under the lanes, and the room above it
 
 
 def _xml(text: str) -> str:
@@ -68,7 +70,7 @@ class _Frame:
         return _TOP + stream * _LANE
 
 
-def _frame(v: View, scale: float | None, legend_rows: int = 1) -> _Frame:
+def _frame(v: View, scale: float | None, legend_rows: int = 1, band: bool = False) -> _Frame:
     # At 6 px per unit a table-model matmul (10 units) is wide enough for a short label; very
     # long schedules are squeezed to 20 000 px so viewers still open them.
     span = max(v.makespan, 1e-9)
@@ -76,6 +78,7 @@ def _frame(v: View, scale: float | None, legend_rows: int = 1) -> _Frame:
         scale = max(6.0, 1100.0 / span) if span * 6.0 <= 20000 else 20000.0 / span
     width = _LEFT + span * scale + 40
     height = _TOP + v.num_streams * _LANE + 70 + (legend_rows - 1) * _LEGEND_ROW
+    height += _BAND + _BAND_GAP if band else 0
     return _Frame(scale, v.num_streams, max(width, 760.0), height)
 
 
@@ -252,6 +255,53 @@ _JOIN_STYLE = (
 )
 
 
+# Drawn only in pictures of graphs whose nodes carry sizes (the memory band).
+_MEMORY_STYLE = (
+    ".memband{fill:#F7F3EA}.memreserved{fill:#E69F00;fill-opacity:.35;stroke:#B07800}"
+    ".memallocated{fill:none;stroke:#7A3E00;stroke-width:1.5}.memlabel{font-size:10px;fill:#333}"
+)
+
+
+def _svg_memory(v: View, f: _Frame, top: float) -> list[str]:
+    """The memory band: under the lanes, the bytes the stream pools hold (``reserved``,
+    filled) and the live tensor bytes (``allocated``, a line) after each node, at its start
+    (`msched.peak_memory`'s curve), scaled to the peak; nothing without sizes."""
+    m = v.memory
+    if m is None:
+        return []
+    nodes = {node.name: node for node in v.start}
+    points = sorted(
+        (v.start[nodes[p.node]], p.step, p.allocated, p.reserved)
+        for p in m.curve
+        if p.node in nodes
+    )
+    peak = max(m.reserved, m.allocated, 1)
+
+    def y(nbytes: float) -> float:
+        return top + _BAND - nbytes * (_BAND - 6) / peak
+
+    tip = f"memory: {memory_text(m)} (+ {format_bytes(m.baseline)} inputs and weights)"
+    out = [
+        f'<g class="memory"><title>{_xml(tip)}</title>'
+        f'<rect x="{_LEFT}" y="{top}" width="{f.width - _LEFT - 20:.1f}" height="{_BAND}" '
+        'class="memband"/>',
+        f'<text x="{_LEFT - 10}" y="{top + _BAND / 2 + 4}" text-anchor="end" '
+        'class="lanelabel">memory</text>',
+    ]
+    for column, cls in ((3, "memreserved"), (2, "memallocated")):
+        d = f"M{f.x(0):.1f},{y(0):.1f}"
+        for point in points:
+            d += f" H{f.x(point[0]):.1f} V{y(point[column]):.1f}"
+        d += f" H{f.x(v.makespan):.1f}"
+        d += f" V{y(0):.1f} Z" if cls == "memreserved" else ""
+        out.append(f'<path d="{d}" class="{cls}"/>')
+    out.append(
+        f'<text x="{_LEFT + 4}" y="{top + 11}" class="memlabel">peak {_xml(memory_text(m))}'
+        "</text></g>"
+    )
+    return out
+
+
 # Drawn only in pictures of graphs with asynchronous collectives.
 _COMM_STYLE = ".comm{fill:#009E73;fill-opacity:.75}"
 
@@ -352,9 +402,11 @@ def render_svg(
     dashed line at the makespan.  A host barrier (``synchronize``) is a dotted purple line
     across every lane, with a curve from each point it waits for.  An asynchronous collective
     has a thin green bar (``class="comm"``) under its lane from its issue to the end of its
-    wait: the communication that compute may overlap.  A time axis is on top and
-    a legend below.  Every lane is a ``rect`` with ``class="lane"`` and ``data-stream``.
-    Deterministic bytes.
+    wait: the communication that compute may overlap.  When the graph's nodes carry sizes,
+    a memory band (``class="memory"``) under the lanes draws the bytes the stream pools hold
+    and the live tensor bytes over time (`msched.peak_memory`), with the peaks.  A time axis
+    is on top and a legend below.  Every lane is a ``rect`` with ``class="lane"`` and
+    ``data-stream``.  Deterministic bytes.
 
     ``highlight`` is groups of node names, for example the ``nodes`` of each
     `msched.Violation` of a report: each node of a group gets a red outline
@@ -363,9 +415,11 @@ def render_svg(
     """
     v = view_of(obj, cost_model)
     joins = stream_joins(v)
-    f = _frame(v, scale, 2 if joins else 1)
+    band = v.memory is not None
+    f = _frame(v, scale, 2 if joins else 1, band)
     comms = communications(v)
     style = _SVG_STYLE + (_JOIN_STYLE if joins else "") + (_COMM_STYLE if comms else "")
+    style += _MEMORY_STYLE if band else ""
     title = (
         f"msched schedule: {counts(v)}, "
         f"makespan {format_number(v.makespan)} (lower bound {format_number(v.lower_bound)})"
@@ -387,6 +441,9 @@ def render_svg(
     collectives = bool(comms) or any(
         op_category(step.node) == "comm" for step in v.program.compute_steps
     )
-    body += _svg_legend(f, f.lane_top(v.num_streams) + 48, joins, comms, collectives)
+    bottom = f.lane_top(v.num_streams)
+    body += _svg_memory(v, f, bottom + _BAND_GAP)
+    legend = bottom + 48 + (_BAND + _BAND_GAP if band else 0)
+    body += _svg_legend(f, legend, joins, comms, collectives)
     body.append("</svg>")
     return "\n".join(body) + "\n"

@@ -23,6 +23,7 @@ from msched.pictures.labels import ADDRESS, format_number, is_kernel, target_nam
 from msched.pictures.naming import EventNames, event_names_of_graph
 from msched.pictures.parsed import ParsedSchedule, ProgramBuilder
 from msched.pictures.view import View, view_of
+from msched.proof.memory import MemoryReport, format_bytes
 from msched.proof.program import Step
 from msched.proof.summary import Summary
 from msched.scheduling.pipeline import Schedule
@@ -33,6 +34,7 @@ __all__ = [
     "format_arg",
     "header_lines",
     "lane_lines",
+    "memory_text",
     "node_text",
     "parse_schedule",
     "parsed",
@@ -156,14 +158,30 @@ def switch_text(waits: Iterable[Step], names: EventNames | None = None) -> str:
     return "switch, wait " + " ".join(_event_text(w, names) for w in waits)
 
 
+#: What starts the header's memory line (``docs/text-format.md``).
+MEMORY_PREFIX = "# memory "
+
+
+def memory_text(m: MemoryReport) -> str:
+    """The three peaks of a `MemoryReport` as the header's memory line shows them (after
+    ``# memory ``): ``allocated 3.5 KiB, reserved 4 MiB, bound 4 MiB``."""
+    return (
+        f"allocated {format_bytes(m.allocated)}, reserved {format_bytes(m.reserved)}, "
+        f"bound {format_bytes(m.reserved_bound)}"
+    )
+
+
 def header_lines(v: View) -> list[str]:
-    """The header of the canonical text: the version line, counts, then makespan against
-    the lower bound."""
-    return [
+    """The header of the canonical text: the version line, counts, makespan against the
+    lower bound, then the peak memory when the graph's nodes carry sizes (`View.memory`)."""
+    lines = [
         VERSION_LINE,
         f"# streams {v.num_streams}, events {v.num_events}, waits {v.num_waits}",
         f"# makespan {format_number(v.makespan)}, lower bound {format_number(v.lower_bound)}",
     ]
+    if v.memory is not None:
+        lines.append(MEMORY_PREFIX + memory_text(v.memory))
+    return lines
 
 
 def lane_lines(v: View, steps: Iterable[Step] | None = None) -> list[str]:
@@ -264,11 +282,16 @@ def read_text(text: str, where: str = "the schedule") -> ParsedSchedule:
     lines = text.splitlines()
     grammar, first = _grammar_of(lines, where)
     head = _header(lines[first : first + 2], where)
+    body = first + 2
+    memory = None
+    if body < len(lines) and lines[body].startswith(MEMORY_PREFIX):
+        memory = lines[body][len(MEMORY_PREFIX) :]  # optional: texts before it lack it
+        body += 1
     reader = _TextReader(grammar)
-    for number, line in enumerate(lines[first + 2 :], start=first + 3):
+    for number, line in enumerate(lines[body:], start=body + 1):
         if line.strip():
             reader.line(line, f"{where}, line {number}")
-    return reader.b.finish(head, where)
+    return reader.b.finish(head, where, memory)
 
 
 def _grammar_of(lines: list[str], where: str) -> tuple[_Grammar, int]:

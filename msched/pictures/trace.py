@@ -128,11 +128,39 @@ def _comm_events(v: View) -> list[dict[str, Any]]:
     return events
 
 
+def _memory_counters(v: View) -> list[dict[str, Any]]:
+    """A counter track per stream pool (``ph: "C"``, ``memory s1 pool``): the bytes of the
+    segments the pool holds (`msched.peak_memory`'s ``reserved`` model), set where a node
+    of its stream changes it; nothing when the graph carries no sizes."""
+    if v.memory is None:
+        return []
+    nodes = {n.name: n for n in v.gm.graph.nodes}
+    held: dict[int, int] = {}
+    events = []
+    for point in v.memory.curve:
+        node = nodes.get(point.node)
+        if node is None or node not in v.start or held.get(point.stream) == point.pool:
+            continue
+        held[point.stream] = point.pool
+        events.append(
+            {
+                "ph": "C",
+                "pid": _TRACE_PID,
+                "name": f"memory s{point.stream} pool",
+                "cat": "memory",
+                "ts": json_number(v.start[node]),
+                "args": {"reserved bytes": point.pool},
+            }
+        )
+    return events
+
+
 def trace_data(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> dict[str, Any]:
     """The Chrome trace-event document `render_perfetto` writes (see there)."""
     v = view_of(obj, cost_model)
     # A stable sort by time keeps each flow event right after the marker it binds to.
-    body = sorted(_trace_body(v) + _comm_events(v), key=lambda e: e["ts"])
+    events = _trace_body(v) + _comm_events(v) + _memory_counters(v)
+    body = sorted(events, key=lambda e: e["ts"])
     return {
         "traceEvents": _trace_metadata(v) + body,
         "displayTimeUnit": "ns",
@@ -144,7 +172,20 @@ def trace_data(obj: Schedule | GraphModule, cost_model: CostModel | None = None)
             "waits": v.num_waits,
             "makespan": format_number(v.makespan),
             "lower_bound": format_number(v.lower_bound),
+            **_memory_data(v),
         },
+    }
+
+
+def _memory_data(v: View) -> dict[str, int]:
+    """The peaks of `msched.peak_memory`, in bytes, when the graph carries sizes."""
+    m = v.memory
+    if m is None:
+        return {}
+    return {
+        "memory_allocated": m.allocated,
+        "memory_reserved": m.reserved,
+        "memory_reserved_bound": m.reserved_bound,
     }
 
 
@@ -158,6 +199,9 @@ def render_perfetto(obj: Schedule | GraphModule, cost_model: CostModel | None = 
     each of its waits by a flow (``ph: "s"`` at the record, ``ph: "f"`` with ``bp: "e"`` at the
     wait, one flow id per pair), drawn as an arrow between streams.  Every asynchronous
     collective is an async slice (``ph: "b"`` / ``"e"``, category ``comm``) from its issue to
-    the end of its wait: the communication.  Deterministic bytes.
+    the end of its wait: the communication.  When the graph's nodes carry sizes, a counter
+    track per stream pool (``ph: "C"``, ``memory sK pool``) shows the segments that stream's
+    pool of the CUDA caching allocator holds (`msched.peak_memory`), and ``otherData`` the
+    peaks.  Deterministic bytes.
     """
     return json.dumps(trace_data(obj, cost_model), indent=1) + "\n"

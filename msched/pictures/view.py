@@ -13,6 +13,7 @@ model).  A stream op happens when its stream reaches it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from torch.fx import Graph, GraphModule, Node
 
@@ -25,6 +26,7 @@ from msched.pictures.naming import EventNames, event_names
 from msched.proof.clocks import Clocks, clocks_of
 from msched.proof.dialects import Dialect
 from msched.proof.interpreter import interpret
+from msched.proof.memory import MemoryReport, sized_memory
 from msched.proof.program import Step, StreamProgram
 from msched.proof.summary import Summarized, Summary
 from msched.proof.timeline import simulate
@@ -70,7 +72,8 @@ class View(Summarized[float]):
     event that come before any record of it appear with ``record=None``); waits after
     ``output`` never run and bind to no record.  ``position`` is each node's index in host
     order; ``names`` the stable name of every record and wait (`msched.pictures.naming`),
-    what the canonical text prints.
+    what the canonical text prints.  ``dialect`` is the one the graph was read in (None:
+    detected); ``memory`` its `msched.peak_memory` when its nodes carry sizes.
     """
 
     gm: GraphModule
@@ -82,6 +85,13 @@ class View(Summarized[float]):
     clocks: Clocks
     position: dict[Node, int]
     names: EventNames
+    dialect: Dialect | None = None
+
+    @cached_property
+    def memory(self) -> MemoryReport | None:
+        """The graph's memory (`msched.proof.memory.sized_memory`), computed on first use;
+        None when its nodes carry no sizes (the pictures then show none)."""
+        return sized_memory(self.gm, dialect=self.dialect)
 
 
 def view_of(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> View:
@@ -116,6 +126,7 @@ def view_of(obj: Schedule | GraphModule, cost_model: CostModel | None = None) ->
         clocks=clocks,
         position=_first_steps(program),
         names=event_names(program, clocks),
+        dialect=dialect,
     )
 
 

@@ -74,7 +74,14 @@ from msched.analysis._graphcheck import check_acyclic
 from msched.analysis.cost import CostModel, check_cost_model
 from msched.analysis.effects import Effects
 from msched.analysis.nodes import INPUT_OPS, graph_of
-from msched.analysis.sizes import SizeEvaluator, node_values, returns_nothing, storage_bytes
+from msched.analysis.sizes import (
+    SizeEvaluator,
+    has_value,
+    node_values,
+    returns_nothing,
+    storage_bytes,
+)
+from msched.errors import InvalidArgumentError
 from msched.proof.clocks import clocks_of
 from msched.proof.dialects import Dialect
 from msched.proof.interpreter import interpret
@@ -82,7 +89,15 @@ from msched.proof.program import StreamProgram
 from msched.proof.record_streams import scheduled_effects
 from msched.proof.timeline import timeline_of
 
-__all__ = ["MemoryPoint", "MemoryReport", "block_bytes", "peak_memory", "segment_bytes"]
+__all__ = [
+    "MemoryPoint",
+    "MemoryReport",
+    "block_bytes",
+    "format_bytes",
+    "peak_memory",
+    "segment_bytes",
+    "sized_memory",
+]
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -112,12 +127,16 @@ def segment_bytes(block: int) -> int:
 
 class MemoryPoint(NamedTuple):
     """The memory right after ``node`` (the ``step``-th node in host order) allocated:
-    live tensor bytes and the segments held (the ``reserved`` model), in bytes."""
+    live tensor bytes and the segments held (the ``reserved`` model), in bytes; ``stream``
+    is the node's stream and ``pool`` the segments its stream's pool holds then (what a
+    picture draws per pool)."""
 
     step: int
     node: str
     allocated: int
     reserved: int
+    stream: int = 0
+    pool: int = 0
 
 
 @dataclass(frozen=True)
@@ -154,6 +173,39 @@ class MemoryReport:
             shown = ", ".join(f"{k}={v}" for k, v in sorted(self.sizes.items()))
             line += f" at {shown}" + (" (hints)" if self.hinted else "")
         return line
+
+
+def format_bytes(n: int) -> str:
+    """``n`` bytes as deterministic text in the largest unit it fills, exact to six
+    significant digits: ``512 B``, ``3.5 KiB``, ``24 MiB``, ``1.5 GiB``."""
+    for unit, size in (("GiB", 1024 * MIB), ("MiB", MIB), ("KiB", KIB)):
+        if abs(n) >= size:
+            value = n / size
+            text = str(int(value)) if value == int(value) else f"{value:.6g}"
+            return f"{text} {unit}"
+    return f"{n} B"
+
+
+def sized_memory(
+    gm: GraphModule | Graph,
+    *,
+    cost_model: CostModel | None = None,
+    dialect: Dialect | str | None = None,
+) -> MemoryReport | None:
+    """`peak_memory` of ``gm`` from the sizes its nodes carry; None when they carry none or
+    not all of them (nothing to show: a picture shows memory only where it is known).
+
+    Why: every picture shows the peak, and graphs built without fake values (the decoder
+    stacks, a user's traced module) must still render.  A graph whose nodes carry no size at
+    all is answered at once, without reading its program.
+    """
+    graph = graph_of(gm)
+    if not any(has_value(n) for n in graph.nodes if n.op != "output"):
+        return None
+    try:
+        return peak_memory(gm, cost_model=cost_model, dialect=dialect)
+    except InvalidArgumentError:
+        return None
 
 
 def peak_memory(
@@ -244,8 +296,8 @@ def _report(
     reserved, per_stream, held_curve = walk.pools(returns=True)
     bound, per_stream_bound, _ = walk.pools(returns=False)
     curve = tuple(
-        MemoryPoint(i, order[i].name, live, held)
-        for i, live, held in zip(range(len(order)), live_curve, held_curve, strict=True)
+        MemoryPoint(i, order[i].name, live, held, timeline.stream.get(order[i], 0), pool)
+        for i, live, (held, pool) in zip(range(len(order)), live_curve, held_curve, strict=True)
         if order[i] in timeline.start
     )
     return MemoryReport(
@@ -448,6 +500,7 @@ class _Walk:
     ) -> None:
         self.order = order
         self.start = start
+        self.stream = stream
         self.alloc_at: dict[int, list[_Block]] = {}
         self.free_at: dict[int, list[_Block]] = {}
         for b in blocks:
@@ -466,9 +519,10 @@ class _Walk:
             live -= sum(b.nbytes for b in self.free_at.get(i, ()))
         return peak, curve
 
-    def pools(self, returns: bool) -> tuple[int, dict[int, int], list[int]]:
-        """The segments of all pools at their peak, each pool's, and the segments held after
-        each step; ``returns``: a recorded block returns once its uses have ended."""
+    def pools(self, returns: bool) -> tuple[int, dict[int, int], list[tuple[int, int]]]:
+        """The segments of all pools at their peak, each pool's, and after each step the
+        segments held and those of the step's stream's pool; ``returns``: a recorded block
+        returns once its uses have ended."""
         pools: dict[int, _Pool] = {}
         pending: dict[int, list[tuple[float, int, _Block]]] = {}
         pushed = 0  # ties in the heaps are broken by the order of the frees
@@ -485,7 +539,8 @@ class _Walk:
                 before = pool.segments
                 pool.hold(b.nbytes, 1)
                 total += pool.segments - before
-            curve.append(total)
+            own = pools.get(self.stream.get(self.order[i], -1))
+            curve.append((total, own.segments if own is not None else 0))
             for b in self.free_at.get(i, ()):
                 if not b.recorded:
                     pools[b.stream].hold(b.nbytes, -1)

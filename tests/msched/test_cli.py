@@ -43,13 +43,38 @@ def test_demo_names_every_capture_and_verifies_2_and_3_streams(
     rows = {line.split()[0]: line.split() for line in out.splitlines()[3:6]}
     assert set(rows) == {"1", "2", "3"}
     assert all(row[-1] == "ok" for row in rows.values())
-    assert rows["1"][-2] == "1.00x"
+    assert rows["1"][6] == "1.00x"  # speed-up
     captures = out.split("Captures, relative to output")[1].splitlines()[2:]
     for capture in ("capture_1", "capture_5", "capture_11"):
         joined = [line for line in captures if line.split()[1] == capture]
         assert [line.split()[0] for line in joined] == ["2", "3"]
         assert all("wait @" in line for line in joined)
     assert "Layer 5 on 3 streams" in out and "s2 |     wait @" in out
+
+
+def test_demo_shows_the_peak_memory_and_its_ratio_per_stream_count(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(["demo"], capsys)
+    assert code == 0
+    head, *rows = out.splitlines()[2:6]
+    assert "peak allocated" in head and "reserved bound" in head
+    cells = {
+        row.split()[0]: re.findall(r"(\d+(?:\.\d+)? (?:B|KiB|MiB|GiB)) (\d+\.\d\dx)", row)
+        for row in rows
+    }
+    assert all(len(found) == 2 for found in cells.values()), rows
+    assert [ratio for _, ratio in cells["1"]] == ["1.00x", "1.00x"]  # one stream: the original's
+    bounds = [float(cells[s][1][1][:-1]) for s in ("1", "2", "3")]
+    assert bounds == sorted(bounds) and bounds[-1] > 1.0  # a pool per stream
+
+
+def test_explain_shows_the_memory(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["explain", *SMALL, "capture_3"], capsys)
+    assert code == 0
+    memory = out.split("Memory (msched.peak_memory):\n")[1].splitlines()
+    assert memory[0].startswith("  peak: allocated ") and ", bound " in memory[0]
+    assert memory[1].startswith("  after capture_3: ")
 
 
 def test_the_layer_excerpt_comes_from_the_layers_the_stack_recorded() -> None:
