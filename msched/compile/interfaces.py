@@ -130,14 +130,20 @@ _PROBES: tuple[tuple[str, str, str, Callable[[], object]], ...] = (
 
 def check_interfaces(probes: bool = True) -> tuple[Interface, ...]:
     """Every interface of the report, checked in the installed torch (``probes=False``: the
-    presence rows only, which take no compile)."""
+    presence rows only, which take no compile).  An interface both internals modules read
+    (Dynamo's stream table, say) is one row naming both files."""
+    listed: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
+    for owner, tests, entries in (
+        (_TORCH_FILE, _TORCH_TESTS, ti.TORCH_INTERFACES),
+        (_INDUCTOR_FILE, _INDUCTOR_TESTS, ii.INTERFACES),
+    ):
+        for entry in entries:
+            files, covering = listed.setdefault(entry, ([], []))
+            files.append(owner)
+            covering.append(tests)
     rows = [
-        Interface(f"{module}.{path}", _TORCH_FILE, _TORCH_TESTS, _present(module, path))
-        for module, path in ti.TORCH_INTERFACES
-    ]
-    rows += [
-        Interface(f"{module}.{path}", _INDUCTOR_FILE, _INDUCTOR_TESTS, _present(module, path))
-        for module, path in ii.INTERFACES
+        Interface(f"{m}.{p}", " and ".join(f), ", ".join(t), _present(m, p))
+        for (m, p), (f, t) in listed.items()
     ]
     if probes:
         rows += [Interface(name, f, tests, _probe(run)) for name, f, tests, run in _PROBES]

@@ -15,7 +15,7 @@ from msched.compile._inductor_internals import INTERFACES
 def test_the_presence_report_of_this_torch_is_all_ok(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["versions", "--no-probes"]) == 0
     out = capsys.readouterr().out
-    total = len(ti.TORCH_INTERFACES) + len(INTERFACES)
+    total = len({*ti.TORCH_INTERFACES, *INTERFACES})  # one row per interface
     assert f"{total} of {total} interfaces answer as expected" in out
     assert "ok       torch._dynamo.graph_bytecode_inputs.index_to_external_object_weakref" in out
     assert "CHANGED" not in out
@@ -57,3 +57,15 @@ def test_every_probe_passes_on_this_torch() -> None:
     piece with Inductor (on torch 2.15 before its fix: IndexError in the build)."""
     rows = interfaces.check_interfaces()
     assert [(r.name, r.problem) for r in rows if not r.ok] == []
+
+
+def test_an_interface_both_modules_read_is_one_row_naming_both_files() -> None:
+    """Six interfaces are listed by both internals modules: each was counted and reported
+    twice, naming one file per row."""
+    shared = set(ti.TORCH_INTERFACES) & set(INTERFACES)
+    assert shared  # the stream table, SymbolicStreamState, fake tensors, ...
+    rows = {r.name: r for r in interfaces.check_interfaces(probes=False)}
+    assert len(rows) == len(interfaces.check_interfaces(probes=False))
+    for module, path in shared:
+        row = rows[f"{module}.{path}"]
+        assert row.file == "msched/_torch_internals.py and msched/compile/_inductor_internals.py"
