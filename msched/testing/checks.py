@@ -233,13 +233,10 @@ def schedule_and_verify(
         # The graph as it was, to verify against: `Schedule.original` would also generate and
         # compile the code of a module nobody runs.
         original = copy_graph(gm.graph) if strict else None
-        sched = schedule(
-            gm,
-            num_streams,
-            cost_model,
-            memory_budget=memory_budget,
-            example_inputs=example_inputs if memory_budget is not None else None,
-        )
+        budget: dict[str, Any] = {}  # without one, the call is msched.schedule's as before
+        if memory_budget is not None:
+            budget = {"memory_budget": memory_budget, "example_inputs": example_inputs}
+        sched = schedule(gm, num_streams, cost_model, **budget)
         run = ScheduleCheck(sched, None, resolve_dialect(sched.gm, configured=dialect))
     else:
         assert scheduler is not None
