@@ -185,12 +185,23 @@ class _Matcher:
         self.original = original
         self.queued: dict[object, deque[Node]] = {}
         self.first: dict[object, Node] = {}
+        # The same by canonical keys, where an input is named by the first original node
+        # equal to it: the fallback when a node's own key finds nothing, because an input
+        # of it was paired with another of equal values (three views of one hidden state,
+        # read by q, k and v: a view paired with its twin left q's projection unpaired).
+        self.canonical: dict[Node, Node] = {}
+        self.loosely: dict[object, deque[Node]] = {}
+        self.keys: dict[Node, tuple[object, object]] = {}
         own = _placeholders(original.nodes)
         for node in original.nodes:
             if node.op != "output":
                 key = _key(node, _waited_value, own)
                 self.queued.setdefault(key, deque()).append(node)
                 self.first.setdefault(key, node)
+                loose = _key(node, self.canon, own)
+                self.canonical[node] = self.first.setdefault(("canonical", loose), node)
+                self.loosely.setdefault(loose, deque()).append(node)
+                self.keys[node] = (key, loose)
         self.pair_of: dict[Node, Node] = {}  # scheduled -> original
         self.twins: dict[Node, Node] = {}
         self.unpaired: set[Node] = set()
@@ -222,16 +233,36 @@ class _Matcher:
         """The original node a scheduled input stands for, or `_UNPAIRED`."""
         return self.pair_of.get(self.source(node), _UNPAIRED)
 
+    def canon(self, node: Node) -> Node:
+        """The first original node equal to the original value ``node`` is."""
+        value = _waited_value(node)
+        return self.canonical.get(value, value)
+
+    def _resolve_canon(self, node: Node) -> object:
+        found = self.pair_of.get(self.source(node))
+        return _UNPAIRED if found is None else self.canon(found)
+
+    def _pair(self, node: Node, waiting: deque[Node]) -> None:
+        taken = self.pair_of[node] = self._take(node, waiting)
+        key, loose = self.keys[taken]
+        for queue in (self.queued[key], self.loosely[loose]):
+            if taken in queue:
+                queue.remove(taken)
+
     def visit(self, node: Node, placeholders: dict[Node, int]) -> None:
         key = _key(node, self.resolve, placeholders)
         waiting = self.queued.get(key)
         if waiting:
-            self.pair_of[node] = self._take(node, waiting)
-        elif key in self.first:
+            self._pair(node, waiting)
+        elif key in self.first:  # another node already took the one it repeats
             self.twins[node] = self.first[key]
             self.unpaired.add(node)
-        elif not self._rewired(node, key):
-            self.unpaired.add(node)
+        else:
+            loose = self.loosely.get(_key(node, self._resolve_canon, placeholders))
+            if loose:
+                self._pair(node, loose)
+            elif not self._rewired(node, key):
+                self.unpaired.add(node)
 
     def _take(self, node: Node, waiting: deque[Node]) -> Node:
         """Of the queued original nodes equal to ``node``, the first one read as it is read
@@ -258,8 +289,10 @@ class _Matcher:
                 continue
             own = _key(candidate, _waited_value, {})
             if _agrees(key, own):
-                self.queued[own].remove(candidate)
                 self.pair_of[node] = candidate
+                for queue in (self.queued[own], self.loosely[self.keys[candidate][1]]):
+                    if candidate in queue:
+                        queue.remove(candidate)
                 return True
         return False
 
