@@ -168,6 +168,35 @@ def test_the_gpu_cuda_graphs_benchmark_imports_and_skips_on_cpu(capsys) -> None:
     assert "needs a CUDA device" in capsys.readouterr().out
 
 
+def test_the_gpu_memory_benchmark_imports_and_says_it_needs_cuda(capsys) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_memory", BENCHMARKS / "gpu_memory.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    args = module.build_parser().parse_args(["--streams", "2", "--layers", "4"])
+    assert (args.streams, args.layers, args.graphs, args.ways) == (
+        "2",
+        4,
+        "dense,moe",
+        "graph,fx,inductor",
+    )
+    # a row: pieces, measured allocated and reserved, the model's three figures (bytes)
+    mib = module.MIB
+    cells = module.row("dense", 2, "fx", (1, 3 * mib, 8 * mib, 3 * mib, 4 * mib, 8 * mib))
+    assert cells.split() == [
+        "dense", "2", "fx", "1", "3.00", "3.00", "1.00", "8.00", "4.00", "8.00", "2.00", "1.00"
+    ]  # fmt: skip
+    if module.torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: run the benchmark itself")
+    assert module.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == [
+        "gpu_memory.py needs a CUDA device: torch.cuda.is_available() is False"
+    ]
+
+
 def test_memory_benchmark_prints_the_trade_off() -> None:
     command = [sys.executable, str(BENCHMARKS / "bench_memory.py"), "--fast"]
     command += ["--streams", "1,2", "--budgets", "none,1.0"]
