@@ -218,3 +218,21 @@ def test_memory_benchmark_prints_the_trade_off() -> None:
             assert float(row[5]) <= 1.0  # the bound within the budget
         if row[1] == "2" and row[2] == "none":
             assert float(row[5]) > 1.0  # the budget had something to do
+
+
+def test_memory_benchmark_prints_the_cost_per_graph_size() -> None:
+    """``--scale`` on two small stacks: the table's columns and a row per size, the first
+    row's ratios 1 (no timing is judged)."""
+    command = [sys.executable, str(BENCHMARKS / "bench_memory.py"), "--scale"]
+    command += ["--nodes", "100,200", "--scale-streams", "2"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[1].split() == [
+        "nodes", "layers", "seconds", "us/node", "ratio", "nogc_s", "nogc_ratio"
+    ]  # fmt: skip
+    rows = [line.split() for line in lines[2:]]
+    assert len(rows) == 2
+    assert int(rows[0][0]) < int(rows[1][0])  # more layers, more nodes
+    assert rows[0][4] == rows[0][6] == "1.00"
+    assert all(float(v) >= 0 for row in rows for v in row)
