@@ -15,11 +15,24 @@ run (first row of each graph, ``orig``: the figures in MiB).  No timing.
 Run: ``python benchmarks/bench_memory.py [--fast] [--graphs dense,moe,...] [--streams 1,2,3]
 [--budgets none,1.0,1.1,1.25,1.5]``; ``--fast`` uses 2 layers and small sizes (the smoke
 test's).
+
+``--scale`` prints instead what `msched.peak_memory` costs as the graph grows (issue 42's
+acceptance: linear, 1k to 20k nodes): dense decoder stacks (hidden 16, 8 tokens, sizes on the
+nodes from `DecoderStack.with_sizes`) with as many layers as make about ``--nodes``
+(default 1000,2500,5000,10000,20000) nodes, scheduled on ``--scale-streams`` streams (default
+2; 1: the unscheduled graph).  Per graph: its nodes, the CPU seconds of this process (steadier
+than wall time on a shared machine) of ``peak_memory`` (best of
+3, a full ``gc.collect()`` before each), microseconds per node and that per-node time over
+the smallest graph's (``ratio``: near 1 for a linear cost); then the same best of 3 with the
+garbage collector off (``nogc_s``, ``nogc_ratio``: timeit's convention, the algorithm without
+the collector's passes over the whole heap).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import time
 from typing import Any
 
 import msched
@@ -61,13 +74,69 @@ def row(name: str, fast: bool, streams: int, budget: float | None) -> tuple[floa
     return sched.makespan, msched.peak_memory(stack.gm, example_inputs=inputs)
 
 
+SCALE_NODES = (1000, 2500, 5000, 10000, 20000)
+SCALE_HEADER = ["nodes", "layers", "seconds", "us/node", "ratio", "nogc_s", "nogc_ratio"]
+
+
+def scale_stack(nodes: int) -> DecoderStack:
+    """A dense stack of about ``nodes`` nodes (at least 2 layers), its nodes sized."""
+
+    def count(layers: int) -> int:
+        return len(decoder_stack(layers, (0, layers - 1), hidden=16, tokens=8).gm.graph.nodes)
+
+    base, per_layer = count(2), count(3) - count(2)
+    layers = max(2, 2 + round((nodes - base) / per_layer))
+    return decoder_stack(layers, (0, layers - 1), hidden=16, tokens=8).with_sizes()
+
+
+def best_of_3(fn: Any, collect: bool) -> float:
+    """The least process CPU time of three calls of ``fn``; ``collect``: the garbage collector
+    on."""
+    best = float("inf")
+    for _ in range(3):
+        gc.collect()
+        if not collect:
+            gc.disable()
+        try:
+            start = time.process_time()
+            fn()
+            best = min(best, time.process_time() - start)
+        finally:
+            gc.enable()
+    return best
+
+
+def scale(sizes: list[int], streams: int) -> None:
+    """The ``--scale`` table: seconds of `msched.peak_memory` per graph size."""
+    print(f"msched.peak_memory on dense decoder stacks, {streams} stream(s), best of 3")
+    print("".join(f"{h:>11}" for h in SCALE_HEADER))
+    first: tuple[float, float] | None = None
+    for target in sizes:
+        stack = scale_stack(target)
+        gm = stack.gm if streams == 1 else msched.schedule(stack.gm, streams).gm
+        n = len(gm.graph.nodes)
+        seconds = best_of_3(lambda gm=gm: msched.peak_memory(gm), collect=True)
+        nogc = best_of_3(lambda gm=gm: msched.peak_memory(gm), collect=False)
+        if first is None:
+            first = (seconds / n, nogc / n)
+        cells = [str(n), str(stack.n_layers), f"{seconds:.3f}", f"{seconds / n * 1e6:.1f}"]
+        cells += [f"{seconds / n / first[0]:.2f}", f"{nogc:.3f}", f"{nogc / n / first[1]:.2f}"]
+        print("".join(f"{c:>11}" for c in cells), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="2 layers, small sizes")
     parser.add_argument("--graphs", default=",".join(GRAPHS), help="comma-separated")
     parser.add_argument("--streams", default="1,2,3", help="stream counts, comma-separated")
     parser.add_argument("--budgets", default="none,1.0,1.1,1.25,1.5", help="comma-separated")
+    parser.add_argument("--scale", action="store_true", help="peak_memory's cost per size")
+    parser.add_argument("--nodes", default=",".join(map(str, SCALE_NODES)), help="--scale sizes")
+    parser.add_argument("--scale-streams", type=int, default=2, help="--scale's stream count")
     args = parser.parse_args()
+    if args.scale:
+        scale([int(n) for n in args.nodes.split(",")], args.scale_streams)
+        return
     counts = [int(s) for s in args.streams.split(",")]
     budgets = [None if b == "none" else float(b) for b in args.budgets.split(",")]
     print("ratios to the original order (orig rows: makespan in cost units, memory in MiB)")

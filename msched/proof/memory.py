@@ -61,9 +61,11 @@ scheduler can price a candidate schedule with its own times before it emits anyt
 
 from __future__ import annotations
 
+import gc
 import heapq
 from bisect import bisect_right
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -277,6 +279,40 @@ def _report(
     sizes: Mapping[str, int] | None,
 ) -> MemoryReport:
     """`peak_memory`'s steps, the values of the needed nodes from ``values_of``."""
+    with _collector_paused():
+        return _report_steps(gm, cost_model, dialect, values_of, sizes)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """CPython's automatic garbage collection off for the block (when it was on).
+
+    Why: the steps make a few objects per node that live through the call (the program's
+    steps, the clocks, the blocks, the curve); once they outnumber a quarter of the heap,
+    CPython runs a full collection, a pass over every object of the process (the graph, its
+    fake values, torch itself: 0.28 s on a 24k-node graph, about half a million objects).
+    It frees nothing here (the steps make no cycles of garbage), and it made the cost per
+    node grow with the graph: 20 us per node at 1k nodes, 35 at 24k.  Paused, the cost is
+    the algorithm's, linear.  Collection resumes at the end of the block, also on an error;
+    a collector someone else turned off stays off.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _report_steps(
+    gm: GraphModule | Graph,
+    cost_model: CostModel | None,
+    dialect: Dialect | str | None,
+    values_of: Callable[[Sequence[Node]], Mapping[Node, Any]],
+    sizes: Mapping[str, int] | None,
+) -> MemoryReport:
     graph = graph_of(gm)
     check_acyclic(graph)
     program = interpret(graph, dialect)
@@ -293,12 +329,13 @@ def _report(
     evaluate.check_given()
     walk = _Walk(order, blocks, timeline.start, timeline.end, timeline.stream)
     allocated, live_curve = walk.allocated()
-    reserved, per_stream, held_curve = walk.pools(returns=True)
-    bound, per_stream_bound, _ = walk.pools(returns=False)
+    reserved, per_stream, held_curve, pool_curve = walk.pools(returns=True)
+    bound, per_stream_bound, _, _ = walk.pools(returns=False)
+    start, stream = timeline.start, timeline.stream
     curve = tuple(
-        MemoryPoint(i, order[i].name, live, held, timeline.stream.get(order[i], 0), pool)
-        for i, live, (held, pool) in zip(range(len(order)), live_curve, held_curve, strict=True)
-        if order[i] in timeline.start
+        MemoryPoint(i, node.name, live_curve[i], held_curve[i], stream.get(node, 0), pool_curve[i])
+        for i, node in enumerate(order)
+        if node in start
     )
     return MemoryReport(
         allocated,
@@ -351,18 +388,22 @@ def _getitem_of_fresh(node: Node, root: Mapping[Node, Node]) -> bool:
     )
 
 
-@dataclass
+@dataclass(slots=True)
 class _Block:
     """One allocation: its rounded bytes, stream, host positions of the allocating node and
     of the last use (``free`` = len(order): never freed), the node that allocates it, and
-    the other streams it was recorded on."""
+    the other streams it was recorded on.
+
+    Slots and a shared empty ``recorded`` (most blocks are recorded nowhere): one object per
+    block, so that a large graph's blocks do not push the garbage collector into a full
+    pass over the heap (see `_Walk`)."""
 
     nbytes: int
     stream: int
     alloc: int
     free: int
     node: Node
-    recorded: set[int] = field(default_factory=set)
+    recorded: frozenset[int] = frozenset()
 
 
 def _blocks(
@@ -444,7 +485,7 @@ def _note_records(
             continue
         block = by_root.get(root.get(step.tensor, step.tensor))
         if block is not None and step.to_stream != block.stream:
-            block.recorded.add(step.to_stream)
+            block.recorded |= {step.to_stream}
 
 
 def _baseline(
@@ -488,7 +529,14 @@ class _Walk:
     """The walks over the host order of one graph's blocks.
 
     Times come in as plain maps (each compute node's start, end and stream), not as a
-    `Timeline`, so that a scheduler can price a candidate schedule with its own times."""
+    `Timeline`, so that a scheduler can price a candidate schedule with its own times.
+
+    The blocks are kept in two lists, by allocation and by free, walked with a cursor each,
+    and the curves are lists of integers: a graph's walks make a constant number of objects
+    the garbage collector tracks, not one or two per node.  (Each object that outlives a
+    young collection counts toward CPython's full collection, a pass over the whole heap:
+    on a 20k-node graph, one full pass cost a third of a second and made the cost per node
+    grow with the graph.)"""
 
     def __init__(
         self,
@@ -501,54 +549,74 @@ class _Walk:
         self.order = order
         self.start = start
         self.stream = stream
-        self.alloc_at: dict[int, list[_Block]] = {}
-        self.free_at: dict[int, list[_Block]] = {}
-        for b in blocks:
-            self.alloc_at.setdefault(b.alloc, []).append(b)
-            self.free_at.setdefault(b.free, []).append(b)
+        # stable sorts: blocks allocated (or freed) at one step keep their order
+        self.by_alloc = sorted(blocks, key=_alloc_of)
+        self.by_free = sorted(blocks, key=_free_of)
         self.ready = self._ready_times(blocks, end, stream)
 
     def allocated(self) -> tuple[int, list[int]]:
         """The peak of live bytes, and the live bytes right after each step allocated."""
         live = peak = 0
         curve = []
+        by_alloc, by_free = self.by_alloc, self.by_free
+        a = f = 0
         for i in range(len(self.order)):
-            live += sum(b.nbytes for b in self.alloc_at.get(i, ()))
+            while a < len(by_alloc) and by_alloc[a].alloc == i:
+                live += by_alloc[a].nbytes
+                a += 1
             peak = max(peak, live)
             curve.append(live)
-            live -= sum(b.nbytes for b in self.free_at.get(i, ()))
+            while f < len(by_free) and by_free[f].free == i:
+                live -= by_free[f].nbytes
+                f += 1
         return peak, curve
 
-    def pools(self, returns: bool) -> tuple[int, dict[int, int], list[tuple[int, int]]]:
+    def pools(self, returns: bool) -> tuple[int, dict[int, int], list[int], list[int]]:
         """The segments of all pools at their peak, each pool's, and after each step the
-        segments held and those of the step's stream's pool; ``returns``: a recorded block
-        returns once its uses have ended."""
+        segments held and those of the step's stream's pool (two curves); ``returns``: a
+        recorded block returns once its uses have ended."""
         pools: dict[int, _Pool] = {}
         pending: dict[int, list[tuple[float, int, _Block]]] = {}
         pushed = 0  # ties in the heaps are broken by the order of the frees
-        start = self.start
         total = 0
-        curve = []
-        for i in range(len(self.order)):
-            for b in self.alloc_at.get(i, ()):
-                pool = pools.setdefault(b.stream, _Pool())
-                waiting = pending.get(b.stream)
-                now = start.get(b.node, 0.0)
-                while waiting and waiting[0][0] <= now:
-                    pool.hold(heapq.heappop(waiting)[2].nbytes, -1)
-                before = pool.segments
-                pool.hold(b.nbytes, 1)
-                total += pool.segments - before
-            own = pools.get(self.stream.get(self.order[i], -1))
-            curve.append((total, own.segments if own is not None else 0))
-            for b in self.free_at.get(i, ()):
+        held_curve: list[int] = []
+        pool_curve: list[int] = []
+        by_alloc, by_free = self.by_alloc, self.by_free
+        a = f = 0
+        for i, node in enumerate(self.order):
+            while a < len(by_alloc) and by_alloc[a].alloc == i:
+                total += self._allocate(by_alloc[a], pools, pending)
+                a += 1
+            own = pools.get(self.stream.get(node, -1))
+            held_curve.append(total)
+            pool_curve.append(own.segments if own is not None else 0)
+            while f < len(by_free) and by_free[f].free == i:
+                b = by_free[f]
+                f += 1
                 if not b.recorded:
                     pools[b.stream].hold(b.nbytes, -1)
                 elif returns:
                     pushed += 1
                     heapq.heappush(pending.setdefault(b.stream, []), (self.ready[id(b)], pushed, b))
         per_stream = {s: pools[s].segments for s in sorted(pools)}
-        return total, per_stream, curve
+        return total, per_stream, held_curve, pool_curve
+
+    def _allocate(
+        self,
+        b: _Block,
+        pools: dict[int, _Pool],
+        pending: dict[int, list[tuple[float, int, _Block]]],
+    ) -> int:
+        """Allocate ``b`` in its stream's pool, first returning the recorded blocks whose
+        uses ended before it starts; the segments the pool grew by."""
+        pool = pools.setdefault(b.stream, _Pool())
+        waiting = pending.get(b.stream)
+        now = self.start.get(b.node, 0.0)
+        while waiting and waiting[0][0] <= now:
+            pool.hold(heapq.heappop(waiting)[2].nbytes, -1)
+        before = pool.segments
+        pool.hold(b.nbytes, 1)
+        return pool.segments - before
 
     def _ready_times(
         self, blocks: list[_Block], end: Mapping[Node, float], stream: Mapping[Node, int]
@@ -566,6 +634,14 @@ class _Walk:
             if b.recorded:
                 ready[id(b)] = max(_end_before(ends.get(s), b.free) for s in b.recorded)
         return ready
+
+
+def _alloc_of(block: _Block) -> int:
+    return block.alloc
+
+
+def _free_of(block: _Block) -> int:
+    return block.free
 
 
 def _end_before(ends: tuple[list[int], list[float]] | None, position: int) -> float:

@@ -168,6 +168,35 @@ def test_the_gpu_cuda_graphs_benchmark_imports_and_skips_on_cpu(capsys) -> None:
     assert "needs a CUDA device" in capsys.readouterr().out
 
 
+def test_the_gpu_memory_benchmark_imports_and_says_it_needs_cuda(capsys) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_memory", BENCHMARKS / "gpu_memory.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    args = module.build_parser().parse_args(["--streams", "2", "--layers", "4"])
+    assert (args.streams, args.layers, args.graphs, args.ways) == (
+        "2",
+        4,
+        "dense,moe",
+        "graph,fx,inductor",
+    )
+    # a row: pieces, measured allocated and reserved, the model's three figures (bytes)
+    mib = module.MIB
+    cells = module.row("dense", 2, "fx", (1, 3 * mib, 8 * mib, 3 * mib, 4 * mib, 8 * mib))
+    assert cells.split() == [
+        "dense", "2", "fx", "1", "3.00", "3.00", "1.00", "8.00", "4.00", "8.00", "2.00", "1.00"
+    ]  # fmt: skip
+    if module.torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: run the benchmark itself")
+    assert module.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == [
+        "gpu_memory.py needs a CUDA device: torch.cuda.is_available() is False"
+    ]
+
+
 def test_memory_benchmark_prints_the_trade_off() -> None:
     command = [sys.executable, str(BENCHMARKS / "bench_memory.py"), "--fast"]
     command += ["--streams", "1,2", "--budgets", "none,1.0"]
@@ -189,3 +218,21 @@ def test_memory_benchmark_prints_the_trade_off() -> None:
             assert float(row[5]) <= 1.0  # the bound within the budget
         if row[1] == "2" and row[2] == "none":
             assert float(row[5]) > 1.0  # the budget had something to do
+
+
+def test_memory_benchmark_prints_the_cost_per_graph_size() -> None:
+    """``--scale`` on two small stacks: the table's columns and a row per size, the first
+    row's ratios 1 (no timing is judged)."""
+    command = [sys.executable, str(BENCHMARKS / "bench_memory.py"), "--scale"]
+    command += ["--nodes", "100,200", "--scale-streams", "2"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[1].split() == [
+        "nodes", "layers", "seconds", "us/node", "ratio", "nogc_s", "nogc_ratio"
+    ]  # fmt: skip
+    rows = [line.split() for line in lines[2:]]
+    assert len(rows) == 2
+    assert int(rows[0][0]) < int(rows[1][0])  # more layers, more nodes
+    assert rows[0][4] == rows[0][6] == "1.00"
+    assert all(float(v) >= 0 for row in rows for v in row)
