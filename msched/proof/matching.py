@@ -193,13 +193,14 @@ class _Matcher:
         self.loosely: dict[object, deque[Node]] = {}
         self.keys: dict[Node, tuple[object, object]] = {}
         own = _placeholders(original.nodes)
+        first_loosely: dict[object, Node] = {}
         for node in original.nodes:
             if node.op != "output":
                 key = _key(node, _waited_value, own)
                 self.queued.setdefault(key, deque()).append(node)
                 self.first.setdefault(key, node)
                 loose = _key(node, self.canon, own)
-                self.canonical[node] = self.first.setdefault(("canonical", loose), node)
+                self.canonical[node] = first_loosely.setdefault(loose, node)
                 self.loosely.setdefault(loose, deque()).append(node)
                 self.keys[node] = (key, loose)
         self.pair_of: dict[Node, Node] = {}  # scheduled -> original

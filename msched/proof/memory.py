@@ -271,18 +271,6 @@ def peak_memory_with(
     return _report(gm, cost_model, "msched", known, None)
 
 
-def _report(
-    gm: GraphModule | Graph,
-    cost_model: CostModel | None,
-    dialect: Dialect | str | None,
-    values_of: Callable[[Sequence[Node]], Mapping[Node, Any]],
-    sizes: Mapping[str, int] | None,
-) -> MemoryReport:
-    """`peak_memory`'s steps, the values of the needed nodes from ``values_of``."""
-    with _collector_paused():
-        return _report_steps(gm, cost_model, dialect, values_of, sizes)
-
-
 @contextmanager
 def _collector_paused() -> Iterator[None]:
     """CPython's automatic garbage collection off for the block (when it was on).
@@ -304,13 +292,15 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _report_steps(
+@_collector_paused()
+def _report(
     gm: GraphModule | Graph,
     cost_model: CostModel | None,
     dialect: Dialect | str | None,
     values_of: Callable[[Sequence[Node]], Mapping[Node, Any]],
     sizes: Mapping[str, int] | None,
 ) -> MemoryReport:
+    """`peak_memory`'s steps, the values of the needed nodes from ``values_of``."""
     graph = graph_of(gm)
     check_acyclic(graph)
     program = interpret(graph, dialect)
