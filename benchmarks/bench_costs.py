@@ -115,7 +115,9 @@ def main() -> None:
         torch.set_num_threads(1)
     rows = []
     for layers in (int(n) for n in args.layers.split(",")):
-        stack = decoder_stack(layers, capture_layers(layers), hidden=args.hidden, tokens=args.tokens)
+        stack = decoder_stack(
+            layers, capture_layers(layers), hidden=args.hidden, tokens=args.tokens
+        )
         rows.append(compare(f"decoder-{layers}", stack.gm, stack.example_inputs(), args))
     llama = tiny_llama()
     if llama is None:

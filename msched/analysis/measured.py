@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -117,14 +116,8 @@ class MeasuredCostModel(TableCostModel):
 def _fields(data: object) -> dict[str, Any]:
     """`MeasuredCostModel`'s arguments from a file's JSON, checked."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise InvalidArgumentError(f"not an msched cost file (no \"format\": {FORMAT!r})")
-    version = data.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise InvalidArgumentError(f"bad version {version!r}")
-    if version > VERSION:
-        raise InvalidArgumentError(
-            f"version {version} is newer than this msched reads ({VERSION}); upgrade msched"
-        )
+        raise InvalidArgumentError(f'not an msched cost file (no "format": {FORMAT!r})')
+    _check_version(data.get("version"))
     if data.get("unit") != UNIT:
         raise InvalidArgumentError(f"unit {data.get('unit')!r}, expected {UNIT!r}")
     fields: dict[str, Any] = {}
@@ -132,16 +125,22 @@ def _fields(data: object) -> dict[str, Any]:
         if not isinstance(data.get(key), str):
             raise InvalidArgumentError(f"{key!r} must be a string, got {data.get(key)!r}")
         fields[name or key] = data[key]
-    for key, least in (("warmup", 0), ("repeats", 1)):
-        value = data.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < least:
-            raise InvalidArgumentError(f"{key!r} must be an int >= {least}, got {value!r}")
-        fields[key] = value
+    _check_counts(data.get("warmup"), data.get("repeats"), quote="'")
+    fields.update(warmup=data["warmup"], repeats=data["repeats"])
     for key in ("nodes", "ops"):
         if not isinstance(data.get(key), dict):
             raise InvalidArgumentError(f"{key!r} must be an object of costs")
         fields[key] = data[key]
     return fields
+
+
+def _check_version(version: object) -> None:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise InvalidArgumentError(f"bad version {version!r}")
+    if version > VERSION:
+        raise InvalidArgumentError(
+            f"version {version} is newer than this msched reads ({VERSION}); upgrade msched"
+        )
 
 
 #: ``clock``: a monotonic clock in integer nanoseconds, as `time.perf_counter_ns`.
@@ -202,10 +201,14 @@ def measure_costs(
     )  # fmt: skip
 
 
-def _check_counts(warmup: object, repeats: object) -> None:
+def _check_counts(warmup: object, repeats: object, quote: str = "") -> None:
+    """``warmup`` an int >= 0 and ``repeats`` an int >= 1, else `msched.InvalidArgumentError`
+    (the names in ``quote`` marks: they are the file's fields)."""
     for name, value, least in (("warmup", warmup, 0), ("repeats", repeats, 1)):
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < least:
-            raise InvalidArgumentError(f"{name} must be an int >= {least}, got {value!r}")
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise InvalidArgumentError(
+                f"{quote}{name}{quote} must be an int >= {least}, got {value!r}"
+            )
 
 
 def _device_of(gm: GraphModule, inputs: Sequence[Any]) -> torch.device:
