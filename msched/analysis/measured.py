@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import platform
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -63,6 +64,12 @@ class MeasuredCostModel(TableCostModel):
         repeats: int,
         base: CostModel | None = None,
     ) -> None:
+        for setting, value in (("device", device), ("device_name", device_name)):
+            if not isinstance(value, str):
+                raise InvalidArgumentError(f"{setting} must be a string, got {value!r}")
+        if not isinstance(torch_version, str):
+            raise InvalidArgumentError(f"torch_version must be a string, got {torch_version!r}")
+        _check_counts(warmup, repeats)
         for name in nodes:
             if not isinstance(name, str) or "." in name or "::" in name:
                 raise InvalidArgumentError(f"{name!r} in nodes is not a node name")
@@ -194,7 +201,10 @@ def measure_costs(
         if keys:
             by_op.setdefault(keys[0], []).append(nodes[node.name])
     ops = {key: round(statistics.median(times), _DIGITS) for key, times in by_op.items()}
-    name = torch.cuda.get_device_name(where) if where.type == "cuda" else where.type
+    if where.type == "cuda":
+        name = torch.cuda.get_device_name(where)
+    else:
+        name = platform.processor() or platform.machine() or where.type
     return MeasuredCostModel(
         nodes, ops, device=str(where), device_name=name, torch_version=str(torch.__version__),
         warmup=warmup, repeats=repeats,

@@ -6,6 +6,7 @@ measurement checks the model's structure only (no timing is asserted)."""
 from __future__ import annotations
 
 import json
+import platform
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,7 +63,8 @@ def test_each_node_costs_the_median_of_its_timed_calls_in_microseconds() -> None
     }  # fmt: skip
     here = __name__
     assert model.ops == {f"{here}.slow": 5.0, "aten.view.default": 0.0, f"{here}.jittery": 4.0}
-    assert (model.device, model.device_name, model.warmup, model.repeats) == ("cpu", "cpu", 1, 3)
+    assert (model.device, model.warmup, model.repeats) == ("cpu", 1, 3)
+    assert model.device_name == (platform.processor() or platform.machine() or "cpu")
     assert model.torch_version == torch.__version__
 
 
@@ -176,6 +178,22 @@ def test_a_file_that_is_not_json_or_not_there_is_an_invalid_argument(tmp_path: P
 def test_bad_counts_are_invalid_arguments(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(msched.InvalidArgumentError, match=message):
         msched.measure_costs(_graph_module(), [torch.ones(2)], **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"device": 0}, "device must be a string, got 0"),
+        ({"torch_version": None}, "torch_version must be a string"),
+        ({"repeats": 0}, "repeats must be an int >= 1"),
+    ],
+)
+def test_a_model_made_by_hand_checks_its_settings(kwargs: dict[str, object], message: str) -> None:
+    settings: dict[str, object] = dict(
+        device="cpu", device_name="cpu", torch_version="2.13.0", warmup=0, repeats=1
+    )
+    with pytest.raises(msched.InvalidArgumentError, match=message):
+        msched.MeasuredCostModel({}, {}, **{**settings, **kwargs})  # type: ignore[arg-type]
 
 
 def test_measure_costs_needs_a_graph_module() -> None:
