@@ -14,10 +14,13 @@ A ratio below 1 is the host time between nodes that no node's time includes (the
 code's Python, freeing tensors); above 1, time a node pays alone that it shares in a forward
 (caches warm from the node before).  Torch runs on one intra-op thread on CPU, as
 ``bench_forward.py``.  On a CUDA device (``--device cuda``) the nodes are timed with CUDA
-events and the forward with a synchronize after each call.
+events and the forward with a synchronize after each call.  ``--cpu-time`` times both with
+process CPU time (`time.process_time_ns`, as ``measure_costs``' ``clock``), steadier on a
+shared machine, where other processes' time slices otherwise land in the long forward far
+more often than in one short node.
 
 Run: ``python benchmarks/bench_costs.py [--layers 2,6,12] [--hidden 256] [--tokens 64]
-[--repeat 10] [--warmup 3] [--device cpu]``
+[--repeat 10] [--warmup 3] [--device cpu] [--cpu-time]``
 """
 
 from __future__ import annotations
@@ -37,18 +40,21 @@ import msched
 from msched.models.decoders import decoder_stack
 
 
-def forward_us(run: Callable[[], object], repeat: int, warmup: int, device: str) -> float:
-    """Median microseconds of one ``run()`` after ``warmup`` untimed calls."""
+def forward_us(
+    run: Callable[[], object], repeat: int, warmup: int, device: str, clock: Callable[[], int]
+) -> float:
+    """Median microseconds of one ``run()`` after ``warmup`` untimed calls, by ``clock``
+    (nanoseconds)."""
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     for _ in range(warmup):
         run()
     sync()
     samples = []
     for _ in range(repeat):
-        t0 = time.perf_counter_ns()
+        t0 = clock()
         run()
         sync()
-        samples.append((time.perf_counter_ns() - t0) / 1000.0)
+        samples.append((clock() - t0) / 1000.0)
     return statistics.median(samples)
 
 
@@ -58,9 +64,13 @@ def compare(
     """One row: ``gm``'s predicted one-stream makespan against its measured forward."""
     gm.to(args.device)
     inputs = [x.to(args.device) if isinstance(x, torch.Tensor) else x for x in inputs]
+    clock = time.process_time_ns if args.cpu_time else time.perf_counter_ns
+    counts = dict(warmup=args.warmup, repeats=args.repeat)
     with torch.no_grad():
-        model = msched.measure_costs(gm, inputs, warmup=args.warmup, repeats=args.repeat)
-        wall = forward_us(lambda: gm(*inputs), args.repeat, args.warmup, args.device)
+        model = msched.measure_costs(
+            gm, inputs, **counts, clock=None if args.device != "cpu" else clock
+        )
+        wall = forward_us(lambda: gm(*inputs), args.repeat, args.warmup, args.device, clock)
     predicted = msched.simulate(gm, model).makespan
     three = msched.schedule(copy.deepcopy(gm), 3, cost_model=model).makespan
     return {
@@ -110,6 +120,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--cpu-time", action="store_true", help="time process CPU time")
     args = parser.parse_args()
     if args.device == "cpu":
         torch.set_num_threads(1)
@@ -124,9 +135,10 @@ def main() -> None:
         print("transformers is not installed: the Llama row is skipped")
     else:
         rows.append(compare("llama-3", *llama, args))
+    timed = " (process CPU time)" if args.cpu_time else ""
     title = (
-        f"measured costs on {args.device}: one-stream makespan predicted / forward measured, "
-        f"median of {args.repeat} after {args.warmup} warm-up"
+        f"measured costs on {args.device}{timed}: one-stream makespan predicted / forward "
+        f"measured, median of {args.repeat} after {args.warmup} warm-up"
     )
     print_table(title, rows, width=15)
 
