@@ -121,6 +121,7 @@ class TableCostModel:
             table[name] = _setting(f"the cost of {name!r}", value)
         self._table = table
         self._ops = {k: v for k, v in table.items() if _is_op(k)}
+        self._by_target: dict[tuple[str, Any], float | None] = {}
 
     @property
     def costs(self) -> dict[str, float]:
@@ -133,11 +134,22 @@ class TableCostModel:
         if value is not None:
             return value
         if self._ops:
-            for key in op_keys(node):
-                value = self._ops.get(key)
-                if value is not None:
-                    return value
+            value = self._op_cost(node)
+            if value is not None:
+                return value
         return self.base.cost(node)
+
+    def _op_cost(self, node: Node) -> float | None:
+        """The entry of the op ``node`` runs, None when there is none; remembered by target
+        (a ``call_module`` node's module depends on its graph: never remembered)."""
+        remembered = node.op != "call_module"
+        key = (node.op, node.target)
+        if remembered and key in self._by_target:
+            return self._by_target[key]
+        found = next((self._ops[k] for k in op_keys(node) if k in self._ops), None)
+        if remembered:
+            self._by_target[key] = found
+        return found
 
     def unmatched(self, gm: GraphModule | Graph) -> list[str]:
         """The keys (spelled as in `costs`) that match no node of ``gm``, in table order."""
