@@ -278,7 +278,7 @@ class _Matcher:
         if len(waiting) > 1:
             want = self.scheduled_readers.signature(node, _DEPTH)
             named = self.named.get(node.name)
-            if named not in waiting or not _writes_nothing(named):
+            if named is None or named not in waiting or not _writes_nothing(named):
                 named = None
             read_alike = [c for c in waiting if self.original_readers.signature(c, _DEPTH) == want]
             chosen = named if named in read_alike or not read_alike else read_alike[0]
