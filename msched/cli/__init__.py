@@ -5,7 +5,11 @@
 `msched.models.loading.load_graph`), schedule it with `msched.schedule` and read the result with
 `msched.pictures` (the renderers, and `msched.pictures.explain` for ``explain``).
 ``diff`` compares two schedules, each a file (canonical text or JSON) or such a stack
-(`msched.pictures.diff`), and exits 0 when they are the same, 1 when they differ.  Wrong
+(`msched.pictures.diff`), and exits 0 when they are the same, 1 when they differ.
+``--dialect`` reads the stream ops of the user's graph (``--graph``, a ``.pt2`` side of
+``diff``), and ``--as-is`` shows a graph that is already scheduled without scheduling it;
+an `msched.UnreadStreamOpsError` raised while a command runs advises ``--dialect``
+(`msched.errors.dialect_hint`).  Wrong
 arguments, any `msched.MschedError` and a file that cannot be read or written print one line
 (``msched <command>: error: ...``) to stderr and exit with status 2; a graph that fails
 verification exits with status 1.  Progress goes to stderr, only when it is a terminal and
@@ -237,6 +241,7 @@ _AS_IS_VERBS = {
 
 
 def _shown(args: argparse.Namespace) -> _Shown:
+    # Before the graph loads: the module of a dialect may register the ops of its .pt2.
     dialect = dialect_option(args.dialect)
     if args.as_is:
         model = named_cost_model(args.cost)

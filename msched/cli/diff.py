@@ -165,8 +165,8 @@ def _checked_dialects(a: _DiffSide, b: _DiffSide) -> tuple[_DiffSide, _DiffSide]
 def _read_side(side: _DiffSide) -> ParsedSchedule:
     if side.graph:
         assert side.file is not None
-        gm = load_graph(str(side.file), trace_streams)
-        return parsed(gm, dialect=dialect_option(side.dialect))
+        dialect = dialect_option(side.dialect)  # first: an engine's module registers its ops
+        return parsed(load_graph(str(side.file), trace_streams), dialect=dialect)
     if side.file is not None:
         try:
             text = side.file.read_text(encoding="utf-8")
