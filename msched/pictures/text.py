@@ -19,12 +19,12 @@ from torch.fx import GraphModule, Node
 from msched.analysis.cost import CostModel
 from msched.errors import InvalidArgumentError
 from msched.pictures.json_doc import read_json
-from msched.pictures.labels import ADDRESS, format_number, is_kernel, target_name
+from msched.pictures.labels import ADDRESS, format_number, is_kernel, peaks_text, target_name
 from msched.pictures.naming import EventNames, event_names_of_graph
 from msched.pictures.parsed import ParsedSchedule, ProgramBuilder
 from msched.pictures.view import View, view_of
 from msched.proof.dialects import Dialect
-from msched.proof.memory import MemoryReport, format_bytes
+from msched.proof.memory import MemoryReport
 from msched.proof.program import Step
 from msched.proof.summary import Summary
 from msched.scheduling.pipeline import Schedule
@@ -166,10 +166,7 @@ MEMORY_PREFIX = "# memory "
 def memory_text(m: MemoryReport) -> str:
     """The three peaks of a `MemoryReport` as the header's memory line shows them (after
     ``# memory ``): ``allocated 3.5 KiB, reserved 4 MiB, bound 4 MiB``."""
-    return (
-        f"allocated {format_bytes(m.allocated)}, reserved {format_bytes(m.reserved)}, "
-        f"bound {format_bytes(m.reserved_bound)}"
-    )
+    return peaks_text(m.allocated, m.reserved, m.reserved_bound)
 
 
 def header_lines(v: View) -> list[str]:
