@@ -28,7 +28,7 @@ import pytest
 from pytest_msched import _params
 from pytest_msched._options import Settings, options_given, resolve_settings
 from pytest_msched._pytest_internals import distributes, is_xdist_worker, node_output, worker_output
-from pytest_msched._reading import ReadingContext, reading_in
+from pytest_msched._reading import ReadingContext, plugin_hint, reading_in
 from pytest_msched.snapshot import indexed_snapshot_report
 
 if TYPE_CHECKING:
@@ -283,17 +283,18 @@ class MschedSession:
         from msched.testing import checks
 
         strict = self.settings.verify == "strict"
-        check = checks.schedule_and_verify(
-            gm,
-            num_streams,
-            cost_model,
-            strict=strict,
-            scheduler=scheduler,
-            dialect=dialect,
-            cuda_graph=self.settings.cuda_graph,
-            memory_budget=self.settings.memory_budget,
-            example_inputs=example_inputs,
-        )
+        with plugin_hint():
+            check = checks.schedule_and_verify(
+                gm,
+                num_streams,
+                cost_model,
+                strict=strict,
+                scheduler=scheduler,
+                dialect=dialect,
+                cuda_graph=self.settings.cuda_graph,
+                memory_budget=self.settings.memory_budget,
+                example_inputs=example_inputs,
+            )
         if isinstance(check, checks.SchedulerFailure):
             return check
         self.stats.add(GraphRecord.of(check, num_streams, nodeid))

@@ -42,9 +42,10 @@ from msched.testing.checks import (
 # Imported under the name the assertion shows: pytest prints ``where False = _exit_joins(...)``.
 from msched.testing.checks import exit_joins as _exit_joins
 from msched.testing.memory_checks import check_limit, memory_problem
-from pytest_msched._reading import configured_dialect
+from pytest_msched._reading import configured_dialect, plugin_hint
 
 
+@plugin_hint()
 def _reading(gm: GraphModule, dialect: Dialect | str | None) -> Dialect:
     """The dialect ``gm`` is read in: ``dialect``, else its own for a graph msched made,
     else the running test's, else detected (`msched.testing.checks.resolve_dialect`).

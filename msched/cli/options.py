@@ -4,7 +4,9 @@ types, and the options of the decoder stack a command builds (`StackOptions`, ev
 
 Parsing only: building and scheduling the stack is `msched.cli.stack`.  A bad value is an
 ``argparse`` error (one line, exit status 2); a capture layer beyond the stack or given twice
-is a `msched.UsageError` (`stack_options`).
+is a `msched.UsageError` (`stack_options`), as is a ``--dialect`` that names no dialect
+(`dialect_option`, read as the plugin reads its ``msched_dialect`` option:
+`msched.proof.dialect_names`).
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, NoReturn
 
-from msched.errors import InvalidArgumentError, UsageError
+from msched.errors import InvalidArgumentError, UsageError, one_line
 from msched.limits import MAX_STREAMS, check_num_streams, positive_int
 from msched.models.decoders import capture_layer_problems
+from msched.models.loading import cwd_importable
+from msched.proof.dialect_names import DIALECT_TEXT_HELP, dialect_from_text
+from msched.proof.dialects import Dialect
 
 
 @dataclass(frozen=True)
@@ -97,7 +102,8 @@ def layer_text(layers: Sequence[int]) -> str:
 
 
 def add_stack_args(p: argparse.ArgumentParser) -> None:
-    """The stack options of ``schedule``, ``svg`` and ``explain``, and ``--graph``."""
+    """The stack options of ``schedule``, ``svg`` and ``explain``, ``--graph`` and the
+    ``--dialect`` of its stream ops."""
     p.add_argument(
         "--graph",
         metavar="SPEC",
@@ -130,6 +136,39 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_STACK.cost,
         help="cost model: op table (default) or roofline estimate from shapes",
     )
+    add_dialect_arg(p, "--graph")
+
+
+DIALECT_METAVAR = "NAME|module:attr"
+CLI_DIALECT_HINT = (
+    f"pass --dialect {DIALECT_METAVAR} (a dialect name such as trtllm, or an op namespace "
+    "with msched's four-op shape; or module:attr naming a msched.Dialect in your module)"
+)
+"""How `msched.UnreadStreamOpsError` says to give the dialect in a ``msched`` command."""
+
+
+def add_dialect_arg(p: argparse.ArgumentParser, reads: str) -> None:
+    """``--dialect``: the dialect of the stream ops of the graph that ``reads`` names."""
+    p.add_argument(
+        "--dialect",
+        metavar=DIALECT_METAVAR,
+        help=f"the dialect of the stream ops of {reads}: {DIALECT_TEXT_HELP} "
+        "(default: detected from its ops)",
+    )
+
+
+def dialect_option(text: str | None) -> Dialect | None:
+    """The `msched.Dialect` ``--dialect TEXT`` names (None when not given); a name that is
+    no dialect, a module that does not import, a missing attribute or one that is no Dialect
+    is a `UsageError` naming the option and saying what it takes.  The current directory is
+    importable, as for ``--graph``."""
+    if text is None:
+        return None
+    cwd_importable()
+    try:
+        return dialect_from_text(text)
+    except InvalidArgumentError as error:
+        raise UsageError(f"--dialect {text}: {one_line(error)}; give {DIALECT_TEXT_HELP}") from None
 
 
 def given_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from msched.errors import InvalidArgumentError
 from msched.pictures.labels import format_number, json_number, op_label, peaks_text
 from msched.pictures.parsed import ParsedSchedule, ProgramBuilder
 from msched.pictures.view import EventUse, View, view_of
+from msched.proof.dialects import Dialect
 from msched.proof.memory import MemoryReport
 from msched.proof.program import Step
 from msched.proof.summary import Summary
@@ -31,7 +32,10 @@ FORMAT = "msched-schedule/1"
 
 
 def schedule_data(
-    obj: Schedule | GraphModule, cost_model: CostModel | None = None
+    obj: Schedule | GraphModule,
+    cost_model: CostModel | None = None,
+    *,
+    dialect: Dialect | str | None = None,
 ) -> dict[str, Any]:
     """The schedule as plain data: the document `render_json` writes.
 
@@ -50,8 +54,10 @@ def schedule_data(
     ``events`` lists every record with its ``event`` id, its ``name``, the ``record`` site
     and its ``waits`` (each ``{node, stream, time}``); the waits of an event that come before
     any record of it are listed with ``name`` and ``record`` null.
+    ``dialect`` is the dialect of the graph's stream ops (a `msched.Dialect` or a name, as
+    `msched.verify` takes it; None: a Schedule's own, else detected from the graph's ops).
     """
-    v = view_of(obj, cost_model)
+    v = view_of(obj, cost_model, dialect)
     return {
         "format": FORMAT,
         "streams": v.num_streams,
@@ -135,12 +141,18 @@ def _event_data(v: View, use: EventUse) -> dict[str, Any]:
     }
 
 
-def render_json(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> str:
+def render_json(
+    obj: Schedule | GraphModule,
+    cost_model: CostModel | None = None,
+    *,
+    dialect: Dialect | str | None = None,
+) -> str:
     """`schedule_data` as JSON text: two-space indent, fixed key order, trailing newline.
 
-    Byte-identical for the same graph across runs, processes and hash seeds.
+    Byte-identical for the same graph across runs, processes and hash seeds.  ``dialect``
+    as `schedule_data` takes it.
     """
-    return json.dumps(schedule_data(obj, cost_model), indent=2) + "\n"
+    return json.dumps(schedule_data(obj, cost_model, dialect=dialect), indent=2) + "\n"
 
 
 def read_json(doc: Any, where: str = "the schedule") -> ParsedSchedule:
