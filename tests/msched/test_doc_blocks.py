@@ -1,0 +1,225 @@
+"""Every Python block of the README and of ``docs/*.md`` runs, so the documents stay true.
+
+pytest-codeblocks reads the blocks (and the HTML comments that mark them); this module runs
+them.  The blocks of a page run in order in one namespace, as a reader types them, after the
+page's setup (`SETUP`: the ``gm``, ``x``, ``dest`` ... its prose assumes).  A block that
+defines ``test_`` functions is a pytest test module: it is written to a file, after the page's
+test imports (`TEST_PRELUDE`), and run by pytest with the plugin.  ``<!--pytest.mark.skip-->``
+on the line before a block keeps it from running (an engine the reader supplies);
+``<!--pytest.mark.slow-->`` puts it in the slow tier (an Inductor build).  A block quoted as
+``<!-- the output of: msched demo -->`` is checked against what ``msched demo`` prints (each
+``...`` line stands for lines left out).  CONTRIBUTING.md says the same to authors.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pytest_codeblocks import CodeBlock, extract_from_buffer, extract_from_file
+
+from msched.cli import main as msched_main
+
+REPO = Path(__file__).resolve().parents[2]
+PAGES = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
+SKIP, SLOW = "pytest.mark.skip", "pytest.mark.slow"
+TEST_DEF = re.compile(r"^(async )?def test_", re.M)
+DEMO_QUOTE = "<!-- the output of: msched demo -->"
+
+_STACK = """\
+import torch
+import msched
+from msched.models.decoders import decoder_stack
+
+stack = decoder_stack(n_layers=2, capture_layers=(1,))
+gm, model = stack.gm, stack.gm
+x, dest = stack.example_inputs()
+capture = dest
+"""
+SETUP: dict[str, str] = {
+    "README.md": _STACK,
+    "compile.md": _STACK,
+    "library.md": _STACK
+    + """\
+from pathlib import Path
+
+node = next(n for n in gm.graph.nodes if n.op == "call_function")
+output_node = next(n for n in gm.graph.nodes if n.op == "output")
+lib = torch.library.Library("msched_docs", "FRAGMENT")
+lib.define("my_op(Tensor buf, Tensor x) -> ()")
+lib.define("my_logging_op(Tensor x) -> ()")
+lib.define("all_reduce(Tensor tensor, str group_name) -> Tensor")
+my_op, my_logging_op = torch.ops.msched_docs.my_op, torch.ops.msched_docs.my_logging_op
+torch.ops.myengine = torch.ops.msched_docs  # the page's engine
+
+
+def my_fused_fn(a):
+    return a
+
+
+trt_gm = decoder_stack(n_layers=1, capture_layers=(0,)).gm  # read as TensorRT-LLM ops
+""",
+    "memory.md": _STACK + "stack.with_sizes()  # the fake values a compiled graph carries\n",
+}
+# The pages whose blocks each start from the setup's graph (a reference of separate calls).
+FRESH = {"library.md", "memory.md"}
+TEST_PRELUDE: dict[str, str] = {
+    "plugin.md": """\
+import pytest
+import torch
+
+import msched
+from pytest_msched import assert_peak_memory
+
+
+class MyMoEBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.shared, self.routed = torch.nn.Linear(64, 64), torch.nn.Linear(64, 64)
+        self.aux = torch.cuda.Stream()
+
+    def forward(self, x):
+        cur = torch.cuda.current_stream()
+        self.aux.wait_stream(cur)
+        with torch.cuda.stream(self.aux):
+            shared = self.shared(x)
+        routed = self.routed(x)
+        cur.wait_stream(self.aux)
+        return shared + routed
+
+
+""",
+}
+
+
+def python_blocks(page: Path) -> list[CodeBlock]:
+    """The page's ``python`` blocks, in order."""
+    return [b for b in extract_from_file(page) if b.syntax == "python"]
+
+
+def runs_in(block: CodeBlock, slow: bool) -> bool:
+    """Whether the tier (default, or default and slow) runs ``block``."""
+    return SKIP not in block.marks and (slow or SLOW not in block.marks)
+
+
+def run_blocks(name: str, blocks: list[CodeBlock], setup: str = "", fresh: bool = False) -> None:
+    """Run ``blocks`` in order in one namespace after ``setup``; a block that fails raises
+    `AssertionError` naming ``name`` and its line, with the block and the error.  ``fresh``:
+    run ``setup`` again before each block."""
+    namespace: dict[str, Any] = {"__name__": "__doc_block__"}
+    for n, block in enumerate(blocks):
+        if n == 0 or fresh:
+            exec(compile(setup, f"{name} (setup)", "exec"), namespace)
+        try:
+            exec(compile(block.code, f"{name}:{block.lineno}", "exec"), namespace)
+        except Exception as error:
+            raise AssertionError(
+                f"the block of {name} at line {block.lineno} fails: "
+                f"{type(error).__name__}: {error}\n{block.code}"
+            ) from error
+
+
+def page_params() -> list[Any]:
+    params = []
+    for page in PAGES:
+        blocks = python_blocks(page)
+        name = str(page.relative_to(REPO))
+        if any(not TEST_DEF.search(b.code) and runs_in(b, False) for b in blocks):
+            params.append(pytest.param(page, False, id=name))
+        if any(SLOW in b.marks for b in blocks):
+            params.append(pytest.param(page, True, id=f"{name}-slow", marks=pytest.mark.slow))
+    return params
+
+
+@pytest.mark.parametrize(("page", "slow"), page_params())
+def test_the_python_blocks_of_a_page_run(page: Path, slow: bool) -> None:
+    blocks = [
+        b for b in python_blocks(page) if runs_in(b, slow) and not TEST_DEF.search(b.code)
+    ]
+    name = str(page.relative_to(REPO))
+    run_blocks(name, blocks, SETUP.get(page.name, ""), fresh=page.name in FRESH)
+
+
+def blocks_that_are_tests(page: Path) -> list[CodeBlock]:
+    """The page's blocks that are pytest test modules (and may run)."""
+    return [b for b in python_blocks(page) if TEST_DEF.search(b.code) and SKIP not in b.marks]
+
+
+@pytest.mark.parametrize(
+    "page",
+    [pytest.param(p, id=str(p.relative_to(REPO))) for p in PAGES if blocks_that_are_tests(p)],
+)
+def test_the_test_blocks_of_a_page_pass_under_the_plugin(
+    page: Path, pytester: pytest.Pytester
+) -> None:
+    """Each block is a test module of its own, run by pytest with the plugin as a user would
+    (the reviewed snapshots a block compares with are written first: ``--snapshot-update``)."""
+    prelude = TEST_PRELUDE.get(page.name, "")
+    files = {
+        f"test_{page.stem}_{b.lineno}": _marked(b.marks) + prelude + b.code
+        for b in blocks_that_are_tests(page)
+    }
+    pytester.makepyfile(**files)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--snapshot-update", "-q")
+    outcomes = result.parseoutcomes()
+    bad = sum(outcomes.get(k, 0) for k in ("failed", "errors", "skipped", "xpassed"))
+    ran = outcomes.get("passed", 0) + outcomes.get("xfailed", 0)
+    assert bad == 0 and ran > 0, "\n".join(result.outlines)
+
+
+def _marked(marks: list[str]) -> str:
+    """The lines that give a test block's module the marks its HTML comments name (a block
+    that shows a failing test: ``<!--pytest.mark.xfail(strict=True)-->``)."""
+    if not marks:
+        return ""
+    return f"import pytest\n\npytestmark = [{', '.join(marks)}]\n"
+
+
+def demo_quotes(page: Path) -> list[str]:
+    """The blocks of ``page`` quoted as ``msched demo``'s output."""
+    text = page.read_text(encoding="utf-8")
+    quotes = []
+    for start in [m.end() for m in re.finditer(re.escape(DEMO_QUOTE), text)]:
+        quotes += [b.code for b in extract_from_buffer(io.StringIO(text[start:]))[:1]]
+    return quotes
+
+
+def quote_matches(quote: str, output: str) -> bool:
+    """Whether ``quote`` is ``output`` with runs of lines left out where it says ``...``: its
+    other lines appear in ``output`` in order, consecutive between two ``...``."""
+    lines, at = output.splitlines(), 0
+    for part in re.split(r"^\.\.\.\n", quote, flags=re.M):
+        want = part.splitlines()
+        while at + len(want) <= len(lines) and lines[at : at + len(want)] != want:
+            at += 1
+        if at + len(want) > len(lines):
+            return False
+        at += len(want)
+    return True
+
+
+@pytest.fixture(scope="module")
+def demo_output() -> str:
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("sys.stdout", out)
+        assert msched_main(["demo"]) == 0
+    return out.getvalue()
+
+
+QUOTING = [p for p in PAGES if demo_quotes(p)]
+
+
+@pytest.mark.parametrize("page", QUOTING, ids=lambda p: str(p.relative_to(REPO)))
+def test_the_demo_output_a_page_quotes_is_what_the_demo_prints(
+    page: Path, demo_output: str
+) -> None:
+    for quote in demo_quotes(page):
+        assert quote_matches(quote, demo_output), f"{quote}\n-- is not in --\n{demo_output}"
+
+
+def test_the_cli_page_quotes_the_demo() -> None:
+    assert REPO / "docs" / "cli.md" in QUOTING
