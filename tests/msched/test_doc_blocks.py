@@ -122,19 +122,19 @@ def run_blocks(name: str, blocks: list[CodeBlock], setup: str = "", fresh: bool 
             ) from error
 
 
-def page_params() -> list[Any]:
+def _page_params() -> list[Any]:
     params = []
     for page in PAGES:
         blocks = python_blocks(page)
         name = str(page.relative_to(REPO))
         if any(not TEST_DEF.search(b.code) and runs_in(b, False) for b in blocks):
             params.append(pytest.param(page, False, id=name))
-        if any(SLOW in b.marks for b in blocks):
+        if any(not TEST_DEF.search(b.code) and SLOW in b.marks for b in blocks):
             params.append(pytest.param(page, True, id=f"{name}-slow", marks=pytest.mark.slow))
     return params
 
 
-@pytest.mark.parametrize(("page", "slow"), page_params())
+@pytest.mark.parametrize(("page", "slow"), _page_params())
 def test_the_python_blocks_of_a_page_run(page: Path, slow: bool) -> None:
     blocks = [
         b for b in python_blocks(page) if runs_in(b, slow) and not TEST_DEF.search(b.code)
@@ -143,25 +143,42 @@ def test_the_python_blocks_of_a_page_run(page: Path, slow: bool) -> None:
     run_blocks(name, blocks, SETUP.get(page.name, ""), fresh=page.name in FRESH)
 
 
-def blocks_that_are_tests(page: Path) -> list[CodeBlock]:
-    """The page's blocks that are pytest test modules (and may run)."""
-    return [b for b in python_blocks(page) if TEST_DEF.search(b.code) and SKIP not in b.marks]
+def blocks_that_are_tests(page: Path, slow: bool) -> list[CodeBlock]:
+    """The page's blocks that are pytest test modules, of the slow tier or of the default."""
+    return [
+        b
+        for b in python_blocks(page)
+        if TEST_DEF.search(b.code) and SKIP not in b.marks and (SLOW in b.marks) == slow
+    ]
 
 
-@pytest.mark.parametrize(
-    "page",
-    [pytest.param(p, id=str(p.relative_to(REPO))) for p in PAGES if blocks_that_are_tests(p)],
-)
+def _test_block_params() -> list[Any]:
+    params = []
+    for page in PAGES:
+        name = str(page.relative_to(REPO))
+        if blocks_that_are_tests(page, False):
+            params.append(pytest.param(page, False, id=name))
+        if blocks_that_are_tests(page, True):
+            params.append(pytest.param(page, True, id=f"{name}-slow", marks=pytest.mark.slow))
+    return params
+
+
+@pytest.mark.parametrize(("page", "slow"), _test_block_params())
 def test_the_test_blocks_of_a_page_pass_under_the_plugin(
-    page: Path, pytester: pytest.Pytester
+    page: Path, slow: bool, pytester: pytest.Pytester
 ) -> None:
     """Each block is a test module of its own, run by pytest with the plugin as a user would
     (the reviewed snapshots a block compares with are written first: ``--snapshot-update``)."""
-    prelude = TEST_PRELUDE.get(page.name, "")
-    files = {
-        f"test_{page.stem}_{b.lineno}": _marked(b.marks) + prelude + b.code
-        for b in blocks_that_are_tests(page)
-    }
+    blocks = blocks_that_are_tests(page, slow)
+    run_test_blocks(pytester, page.stem, blocks, TEST_PRELUDE.get(page.name, ""))
+
+
+def run_test_blocks(
+    pytester: pytest.Pytester, stem: str, blocks: list[CodeBlock], prelude: str = ""
+) -> None:
+    """Run each of ``blocks`` as a test module (``prelude`` first) with pytest and the plugin;
+    `AssertionError` with pytest's output unless every test passes (or fails as marked)."""
+    files = {f"test_{stem}_{b.lineno}": _marked(b.marks) + prelude + b.code for b in blocks}
     pytester.makepyfile(**files)
     result = pytester.runpytest("-p", "no:cacheprovider", "--snapshot-update", "-q")
     outcomes = result.parseoutcomes()
@@ -173,6 +190,7 @@ def test_the_test_blocks_of_a_page_pass_under_the_plugin(
 def _marked(marks: list[str]) -> str:
     """The lines that give a test block's module the marks its HTML comments name (a block
     that shows a failing test: ``<!--pytest.mark.xfail(strict=True)-->``)."""
+    marks = [m for m in marks if m != SLOW]
     if not marks:
         return ""
     return f"import pytest\n\npytestmark = [{', '.join(marks)}]\n"
@@ -223,3 +241,51 @@ def test_the_demo_output_a_page_quotes_is_what_the_demo_prints(
 
 def test_the_cli_page_quotes_the_demo() -> None:
     assert REPO / "docs" / "cli.md" in QUOTING
+
+
+BROKEN_PAGE = """\
+# A page
+
+<!--pytest.mark.skip-->
+```python
+raise RuntimeError("an engine the reader supplies")
+```
+
+```python
+total = 1 + 1
+```
+
+```python
+assert total == 3, "the page is wrong"
+```
+
+```python
+def test_a_stack_has_no_graph(decoder_stack):
+    assert decoder_stack().gm is None
+```
+"""
+
+
+def test_a_broken_block_fails_naming_its_page_and_line(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(BROKEN_PAGE, encoding="utf-8")
+    blocks = [b for b in python_blocks(page) if runs_in(b, slow=True)]
+    assert [b.lineno for b in blocks] == [8, 12, 16]  # the skipped block is not among them
+    with pytest.raises(AssertionError, match="page.md at line 12 fails: .*the page is wrong"):
+        run_blocks("page.md", blocks[:2])  # the second block sees the first one's `total`
+
+
+def test_a_failing_test_block_fails(tmp_path: Path, pytester: pytest.Pytester) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(BROKEN_PAGE, encoding="utf-8")
+    blocks = [b for b in python_blocks(page) if TEST_DEF.search(b.code)]
+    with pytest.raises(AssertionError, match="1 failed"):
+        run_test_blocks(pytester, "page", blocks)
+
+
+def test_a_quote_matches_the_lines_it_shows_in_order() -> None:
+    output = "a\nb\nc\nd\n"
+    assert quote_matches("a\nb\n...\nd\n", output)
+    assert not quote_matches("a\nc\n", output)  # c does not follow a
+    assert not quote_matches("c\n...\na\n", output)
+    assert not quote_matches("a\nb\nx\n", output)
