@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import io
 import re
+import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +195,16 @@ def _marked(marks: list[str]) -> str:
     if not marks:
         return ""
     return f"import pytest\n\npytestmark = [{', '.join(marks)}]\n"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ruff") is None, reason="ruff is not installed")
+def test_the_python_blocks_are_formatted_as_the_code_is(tmp_path: Path) -> None:
+    for page in PAGES:
+        for block in python_blocks(page):
+            (tmp_path / f"{page.stem}_{block.lineno}.py").write_text(block.code, "utf-8")
+    check = [sys.executable, "-m", "ruff", "format", "--check", "--config", str(REPO / "pyproject.toml"), "."]
+    done = subprocess.run(check, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"ruff format these blocks (page_line.py):\n{done.stdout}"
 
 
 def demo_quotes(page: Path) -> list[str]:
