@@ -13,9 +13,9 @@ on the line before a block keeps it from running (an engine the reader supplies)
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import re
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -202,7 +202,8 @@ def test_the_python_blocks_are_formatted_as_the_code_is(tmp_path: Path) -> None:
     for page in PAGES:
         for block in python_blocks(page):
             (tmp_path / f"{page.stem}_{block.lineno}.py").write_text(block.code, "utf-8")
-    check = [sys.executable, "-m", "ruff", "format", "--check", "--config", str(REPO / "pyproject.toml"), "."]
+    config = str(REPO / "pyproject.toml")
+    check = [sys.executable, "-m", "ruff", "format", "--check", "--config", config, "."]
     done = subprocess.run(check, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, f"ruff format these blocks (page_line.py):\n{done.stdout}"
 
