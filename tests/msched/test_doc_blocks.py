@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from pytest_codeblocks import CodeBlock, extract_from_buffer, extract_from_file
 
 from msched.cli import main as msched_main
@@ -31,6 +32,13 @@ PAGES = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
 SKIP, SLOW = "pytest.mark.skip", "pytest.mark.slow"
 TEST_DEF = re.compile(r"^(async )?def test_", re.M)
 DEMO_QUOTE = "<!-- the output of: msched demo -->"
+
+# The ops of the engine library.md registers, defined once per process (the library keeps
+# them while it lives): a namespace of their own, which no other test uses.
+_MYENGINE = torch.library.Library("myengine", "FRAGMENT")
+_MYENGINE.define("my_op(Tensor buf, Tensor x) -> ()")
+_MYENGINE.define("my_logging_op(Tensor x) -> ()")
+_MYENGINE.define("all_reduce(Tensor tensor, str group_name) -> Tensor")
 
 _STACK = """\
 import torch
@@ -51,12 +59,7 @@ from pathlib import Path
 
 node = next(n for n in gm.graph.nodes if n.op == "call_function")
 output_node = next(n for n in gm.graph.nodes if n.op == "output")
-lib = torch.library.Library("msched_docs", "FRAGMENT")
-lib.define("my_op(Tensor buf, Tensor x) -> ()")
-lib.define("my_logging_op(Tensor x) -> ()")
-lib.define("all_reduce(Tensor tensor, str group_name) -> Tensor")
-my_op, my_logging_op = torch.ops.msched_docs.my_op, torch.ops.msched_docs.my_logging_op
-torch.ops.myengine = torch.ops.msched_docs  # the page's engine
+my_op, my_logging_op = torch.ops.myengine.my_op, torch.ops.myengine.my_logging_op
 
 
 def my_fused_fn(a):
