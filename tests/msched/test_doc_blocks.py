@@ -1,13 +1,16 @@
 """Every Python block of the README and of ``docs/*.md`` runs, so the documents stay true.
 
-pytest-codeblocks reads the blocks (and the HTML comments that mark them); this module runs
-them.  The blocks of a page run in order in one namespace, as a reader types them, after the
-page's setup (`SETUP`: the ``gm``, ``x``, ``dest`` ... its prose assumes).  A block that
-defines ``test_`` functions is a pytest test module: it is written to a file, after the page's
-test imports (`TEST_PRELUDE`), and run by pytest with the plugin.  ``<!--pytest.mark.skip-->``
-on the line before a block keeps it from running (an engine the reader supplies);
-``<!--pytest.mark.slow-->`` puts it in the slow tier (an Inductor build).  A block quoted as
-``<!-- the output of: msched demo -->`` is checked against what ``msched demo`` prints (each
+pytest-codeblocks reads the blocks and the HTML comments that mark them; this module runs
+them.  (Its own collector, ``--codeblocks``, runs each block alone in an empty namespace and
+only defines a block's test functions; the pages need a setup, blocks that share names, and
+their tests run under the plugin.)  The blocks of a page run in order in one namespace, as a
+reader types them, after the page's setup (`SETUP`, else a decoder stack's ``gm``, ``x``,
+``dest``: the names the prose assumes).  A block that defines ``test_`` functions is a pytest
+test module: it is written to a file after the page's imports (`TEST_PRELUDE`) and run by
+pytest with the plugin.  ``<!--pytest.mark.skip-->`` on the line before a block keeps it from
+running (an engine the reader supplies); ``<!--pytest.mark.slow-->`` puts it in the slow tier
+(an Inductor build); a test block's other marks apply to its module.  A block after
+``<!-- the output of: msched demo -->`` is checked against what ``msched demo`` prints (a
 ``...`` line stands for lines left out).  CONTRIBUTING.md says the same to authors.
 """
 
@@ -51,8 +54,6 @@ x, dest = stack.example_inputs()
 capture = dest
 """
 SETUP: dict[str, str] = {
-    "README.md": _STACK,
-    "compile.md": _STACK,
     "library.md": _STACK
     + """\
 from pathlib import Path
@@ -144,7 +145,7 @@ def _page_params() -> list[Any]:
 def test_the_python_blocks_of_a_page_run(page: Path, slow: bool) -> None:
     blocks = [b for b in python_blocks(page) if runs_in(b, slow) and not TEST_DEF.search(b.code)]
     name = str(page.relative_to(REPO))
-    run_blocks(name, blocks, SETUP.get(page.name, ""), fresh=page.name in FRESH)
+    run_blocks(name, blocks, SETUP.get(page.name, _STACK), fresh=page.name in FRESH)
 
 
 def blocks_that_are_tests(page: Path, slow: bool) -> list[CodeBlock]:
