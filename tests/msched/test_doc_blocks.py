@@ -142,7 +142,10 @@ def _page_params() -> list[Any]:
 
 
 @pytest.mark.parametrize(("page", "slow"), _page_params())
-def test_the_python_blocks_of_a_page_run(page: Path, slow: bool) -> None:
+def test_the_python_blocks_of_a_page_run(
+    page: Path, slow: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # what a block writes (schedule.svg) lands there
     blocks = [b for b in python_blocks(page) if runs_in(b, slow) and not TEST_DEF.search(b.code)]
     name = str(page.relative_to(REPO))
     run_blocks(name, blocks, SETUP.get(page.name, _STACK), fresh=page.name in FRESH)
