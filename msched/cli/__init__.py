@@ -1,4 +1,5 @@
-"""The ``msched`` command: ``demo``, ``schedule``, ``svg``, ``explain`` and ``diff``.
+"""The ``msched`` command: ``demo``, ``schedule``, ``svg``, ``explain``, ``diff`` and
+``example``.
 
 ``demo``, ``schedule``, ``svg`` and ``explain`` build a synthetic decoder stack
 (`msched.models.decoders.decoder_stack`), or load the user's own graph (``--graph``:
@@ -36,6 +37,7 @@ import msched
 from msched.analysis.cost import CostModel
 from msched.analysis.nodes import node_named
 from msched.cli.diff import DIFF_DESCRIPTION, cmd_diff
+from msched.cli.example import add_example_parser, cmd_example
 from msched.cli.options import (
     CLI_DIALECT_HINT,
     Parser,
@@ -159,6 +161,8 @@ def build_parser() -> Parser:
         description=DIFF_DESCRIPTION,
         add_help=False,  # `msched diff` parses its own arguments: msched.cli.diff
     )
+    # example: copies examples/downstream out (msched.cli.example)
+    add_example_parser(sub)
     return parser
 
 
@@ -335,6 +339,7 @@ _COMMANDS = {
     "explain": cmd_explain,
     "svg": cmd_svg,
     "versions": cmd_versions,
+    "example": cmd_example,
 }
 
 
