@@ -3,9 +3,11 @@
 For decoder stacks (``msched.models.decoder_stack``, MoE off) of ``--layers`` layers, and for a
 tiny random ``transformers`` Llama (3 layers, exported with ``torch.export``; skipped when
 ``transformers`` is not installed), this prints: the graph's nodes; ``fwd_us``, the median time
-of ``--repeat`` calls of the whole ``GraphModule`` (its generated code) measured after
-``msched.measure_costs`` in the same run; and three one-stream makespans (``msched.simulate``,
-the nodes in graph order) over it:
+of ``--repeat`` calls of the whole ``GraphModule`` (its generated code) measured in the same
+run as ``msched.measure_costs``; and three one-stream makespans (``msched.simulate``,
+the nodes in graph order) over it.  The forward is timed before and after ``measure_costs``;
+``fwd_us`` is the median of both, and ``fwd_drift`` the median after over the median before:
+how far the forward itself moves in one run, the yardstick for the ratios below:
 
 - ``isolated``: each node timed ``--repeat`` times on its own after ``--warmup`` (how
   ``measure_costs`` timed before costs file version 2), summed;
@@ -50,9 +52,9 @@ from msched.models.decoders import decoder_stack
 
 def forward_us(
     run: Callable[[], object], repeat: int, warmup: int, device: str, clock: Callable[[], int]
-) -> float:
-    """Median microseconds of one ``run()`` after ``warmup`` untimed calls, by ``clock``
-    (nanoseconds)."""
+) -> list[float]:
+    """Microseconds of ``repeat`` calls of ``run()`` after ``warmup`` untimed ones, by
+    ``clock`` (nanoseconds)."""
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     for _ in range(warmup):
         run()
@@ -63,7 +65,7 @@ def forward_us(
         run()
         sync()
         samples.append((clock() - t0) / 1000.0)
-    return statistics.median(samples)
+    return samples
 
 
 class Isolated(Interpreter):
@@ -114,10 +116,12 @@ def compare(
     clock = time.process_time_ns if args.cpu_time else time.perf_counter_ns
     counts = dict(warmup=args.warmup, repeats=args.repeat)
     with torch.no_grad():
+        before = forward_us(lambda: gm(*inputs), args.repeat, args.warmup, args.device, clock)
         model = msched.measure_costs(
             gm, inputs, **counts, clock=None if args.device != "cpu" else clock
         )
-        wall = forward_us(lambda: gm(*inputs), args.repeat, args.warmup, args.device, clock)
+        after = forward_us(lambda: gm(*inputs), args.repeat, args.warmup, args.device, clock)
+        wall = statistics.median(before + after)
         isolated = Isolated(gm, args.warmup, args.repeat, clock)
         if args.device == "cpu":
             isolated.run(*inputs)
@@ -127,6 +131,7 @@ def compare(
         "model": name,
         "nodes": len(gm.graph.nodes),
         "fwd_us": wall,
+        "fwd_drift": statistics.median(after) / statistics.median(before),
         "isolated": isolated.total / wall if args.device == "cpu" else "-",
         "in_context": msched.simulate(gm, without_overhead(model)).makespan / wall,
         "predicted": predicted / wall,
