@@ -92,10 +92,14 @@ class MeasuredCostModel(TableCostModel):
         self.warmup, self.repeats = warmup, repeats
 
     def cost(self, node: Node) -> float:
+        """The table's entry for ``node``, plus ``overhead_us`` when it launches work; the
+        base model's cost when the table has no entry."""
         value = self._entry(node)
         if value is None:
             return self.base.cost(node)
-        return value + self.overhead_us if _launches_work(node) else value
+        if self.overhead_us and _launches_work(node):
+            return value + self.overhead_us
+        return value
 
     def to_json(self) -> dict[str, Any]:
         """The file's content (see the module docstring)."""
