@@ -2,21 +2,30 @@
 
 For decoder stacks (``msched.models.decoder_stack``, MoE off) of ``--layers`` layers, and for a
 tiny random ``transformers`` Llama (3 layers, exported with ``torch.export``; skipped when
-``transformers`` is not installed), this prints: the graph's nodes; ``predicted_us``, the
-makespan of the graph on one stream (``msched.simulate``, the nodes in graph order) under
-``msched.measure_costs``'s model (median of ``--repeat`` timed calls per node after
-``--warmup``); ``wall_us``, the median time of ``--repeat`` calls of the whole
-``GraphModule`` (its generated code) measured in the same run; their ratio; and
-``sched3/1``, the makespan the measured model predicts for a 3-stream schedule over its
-one-stream makespan.
+``transformers`` is not installed), this prints: the graph's nodes; ``fwd_us``, the median time
+of ``--repeat`` calls of the whole ``GraphModule`` (its generated code) measured in the same
+run as ``msched.measure_costs``; and three one-stream makespans (``msched.simulate``,
+the nodes in graph order) over it.  The forward is timed before and after ``measure_costs``;
+``fwd_us`` is the median of both, and ``fwd_drift`` the median after over the median before:
+how far the forward itself moves in one run, the yardstick for the ratios below:
 
-A ratio below 1 is the host time between nodes that no node's time includes (the generated
-code's Python, freeing tensors); above 1, time a node pays alone that it shares in a forward
-(caches warm from the node before).  Torch runs on one intra-op thread on CPU, as
-``bench_forward.py``.  On a CUDA device (``--device cuda``) the nodes are timed with CUDA
-events and the forward with a synchronize after each call.  ``--cpu-time`` times both with
-process CPU time (`time.process_time_ns`, as ``measure_costs``' ``clock``), steadier on a
-shared machine, where other processes' time slices otherwise land in the long forward far
+- ``isolated``: each node timed ``--repeat`` times on its own after ``--warmup`` (how
+  ``measure_costs`` timed before costs file version 2), summed;
+- ``in_context``: ``measure_costs``' node medians, each node timed where the forward runs it,
+  without its ``overhead_us``;
+- ``predicted``: ``measure_costs``' model, with ``overhead_us`` (also printed) on every timed
+  node.  ``measure_costs`` derives the overhead from forwards it times itself, so this ratio
+  is close to 1 by construction; it checks that the calibration holds in another set of
+  forwards.  ``from_first`` is the check that is not circular: the model measured on the
+  first (smallest) stack prices each stack (by node name, then by op) against that stack's
+  own forward.
+
+``sched3/1`` is the makespan the measured model predicts for a 3-stream schedule over its
+one-stream makespan.  Torch runs on one intra-op thread on CPU, as ``bench_forward.py``.  On a
+CUDA device (``--device cuda``) the nodes are timed with CUDA events (device time, no overhead)
+and the forward with a synchronize after each call; ``isolated`` is CPU only.  ``--cpu-time``
+times with process CPU time (`time.process_time_ns`, as ``measure_costs``' ``clock``), steadier
+on a shared machine, where other processes' time slices otherwise land in the long forward far
 more often than in one short node.
 
 Run: ``python benchmarks/bench_costs.py [--layers 2,6,12] [--hidden 256] [--tokens 64]
@@ -34,17 +43,18 @@ from typing import Any
 
 import torch
 from bench_schedule import capture_layers, print_table
-from torch.fx import GraphModule
+from torch.fx import GraphModule, Interpreter, Node
 
 import msched
+from msched.analysis.measured import Clock, _launches_work
 from msched.models.decoders import decoder_stack
 
 
 def forward_us(
     run: Callable[[], object], repeat: int, warmup: int, device: str, clock: Callable[[], int]
-) -> float:
-    """Median microseconds of one ``run()`` after ``warmup`` untimed calls, by ``clock``
-    (nanoseconds)."""
+) -> list[float]:
+    """Microseconds of ``repeat`` calls of ``run()`` after ``warmup`` untimed ones, by
+    ``clock`` (nanoseconds)."""
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     for _ in range(warmup):
         run()
@@ -55,32 +65,81 @@ def forward_us(
         run()
         sync()
         samples.append((clock() - t0) / 1000.0)
-    return statistics.median(samples)
+    return samples
+
+
+class Isolated(Interpreter):
+    """The measurement before costs file version 2, for comparison: each node that launches
+    work is called ``warmup`` times, then timed ``repeats`` times on its own; ``total`` is
+    the sum of the medians in microseconds."""
+
+    def __init__(self, gm: GraphModule, warmup: int, repeats: int, clock: Clock) -> None:
+        super().__init__(gm)
+        self.warmup, self.repeats, self.clock = warmup, repeats, clock
+        self.total = 0.0
+
+    def run_node(self, n: Node) -> Any:
+        if not _launches_work(n):
+            return super().run_node(n)
+        args, kwargs = self.fetch_args_kwargs_from_env(n)
+        method = getattr(self, n.op)
+        for _ in range(self.warmup):
+            method(n.target, args, kwargs)
+        samples = []
+        for _ in range(self.repeats):
+            t0 = self.clock()
+            result = method(n.target, args, kwargs)
+            samples.append((self.clock() - t0) / 1000.0)
+        self.total += statistics.median(samples)
+        return result
+
+
+def without_overhead(model: msched.MeasuredCostModel) -> msched.MeasuredCostModel:
+    """``model`` with ``overhead_us`` 0: the node medians alone."""
+    settings = {k: getattr(model, k) for k in ("device", "device_name", "torch_version")}
+    return msched.MeasuredCostModel(
+        model.nodes, model.ops, warmup=model.warmup, repeats=model.repeats, **settings
+    )
 
 
 def compare(
-    name: str, gm: GraphModule, inputs: Sequence[Any], args: argparse.Namespace
-) -> dict[str, object]:
-    """One row: ``gm``'s predicted one-stream makespan against its measured forward."""
+    name: str,
+    gm: GraphModule,
+    inputs: Sequence[Any],
+    args: argparse.Namespace,
+    first: msched.MeasuredCostModel | None = None,
+) -> tuple[dict[str, object], msched.MeasuredCostModel]:
+    """One row: ``gm``'s predicted one-stream makespans against its measured forward, and
+    the measured model."""
     gm.to(args.device)
     inputs = [x.to(args.device) if isinstance(x, torch.Tensor) else x for x in inputs]
     clock = time.process_time_ns if args.cpu_time else time.perf_counter_ns
     counts = dict(warmup=args.warmup, repeats=args.repeat)
     with torch.no_grad():
+        before = forward_us(lambda: gm(*inputs), args.repeat, args.warmup, args.device, clock)
         model = msched.measure_costs(
             gm, inputs, **counts, clock=None if args.device != "cpu" else clock
         )
-        wall = forward_us(lambda: gm(*inputs), args.repeat, args.warmup, args.device, clock)
+        after = forward_us(lambda: gm(*inputs), args.repeat, args.warmup, args.device, clock)
+        wall = statistics.median(before + after)
+        isolated = Isolated(gm, args.warmup, args.repeat, clock)
+        if args.device == "cpu":
+            isolated.run(*inputs)
     predicted = msched.simulate(gm, model).makespan
     three = msched.schedule(copy.deepcopy(gm), 3, cost_model=model).makespan
-    return {
+    row: dict[str, object] = {
         "model": name,
         "nodes": len(gm.graph.nodes),
-        "predicted_us": predicted,
-        "wall_us": wall,
-        "predicted/wall": predicted / wall,
+        "fwd_us": wall,
+        "fwd_drift": statistics.median(after) / statistics.median(before),
+        "isolated": isolated.total / wall if args.device == "cpu" else "-",
+        "in_context": msched.simulate(gm, without_overhead(model)).makespan / wall,
+        "predicted": predicted / wall,
+        "from_first": "-" if first is None else msched.simulate(gm, first).makespan / wall,
+        "overhead_us": model.overhead_us,
         "sched3/1": three / predicted if predicted else 1.0,
     }
+    return row, model
 
 
 def tiny_llama() -> tuple[GraphModule, list[torch.Tensor]] | None:
@@ -125,22 +184,25 @@ def main() -> None:
     if args.device == "cpu":
         torch.set_num_threads(1)
     rows = []
+    first = None
     for layers in (int(n) for n in args.layers.split(",")):
         stack = decoder_stack(
             layers, capture_layers(layers), hidden=args.hidden, tokens=args.tokens
         )
-        rows.append(compare(f"decoder-{layers}", stack.gm, stack.example_inputs(), args))
+        row, model = compare(f"decoder-{layers}", stack.gm, stack.example_inputs(), args, first)
+        rows.append(row)
+        first = first or model
     llama = tiny_llama()
     if llama is None:
         print("transformers is not installed: the Llama row is skipped")
     else:
-        rows.append(compare("llama-3", *llama, args))
+        rows.append(compare("llama-3", *llama, args)[0])
     timed = " (process CPU time)" if args.cpu_time else ""
     title = (
-        f"measured costs on {args.device}{timed}: one-stream makespan predicted / forward "
-        f"measured, median of {args.repeat} after {args.warmup} warm-up"
+        f"measured costs on {args.device}{timed}: one-stream makespans predicted / forward "
+        f"measured (fwd_us), medians of {args.repeat} after {args.warmup} warm-up"
     )
-    print_table(title, rows, width=15)
+    print_table(title, rows, width=11)
 
 
 if __name__ == "__main__":

@@ -130,14 +130,15 @@ class TableCostModel:
         return dict(self._table)
 
     def cost(self, node: Node) -> float:
+        value = self._entry(node)
+        return self.base.cost(node) if value is None else value
+
+    def _entry(self, node: Node) -> float | None:
+        """The table's cost of ``node`` (its name's entry, else its op's), None without one."""
         value = self._table.get(node.name)  # a node's name has no dot: never an op's
-        if value is not None:
-            return value
-        if self._ops:
+        if value is None and self._ops:
             value = self._op_cost(node)
-            if value is not None:
-                return value
-        return self.base.cost(node)
+        return value
 
     def _op_cost(self, node: Node) -> float | None:
         """The entry of the op ``node`` runs, None when there is none; remembered by target

@@ -15,21 +15,24 @@ import torch
 from torch.fx import Graph, GraphModule
 
 import msched
-from msched.analysis.measured import FORMAT, VERSION
+from msched.analysis.measured import FORMAT, VERSION, _EventStopwatch, _measure
 
 aten = torch.ops.aten
-# The fake clock, in nanoseconds, and how far each call of `jittery` moves it.
+# The fake clock, in nanoseconds, how far each call of `jittery` moves it, and the calls made.
 _NOW = [0]
 _JITTER: Iterator[int] = iter(())
+_CALLS: list[str] = []
 
 
 def slow(x: torch.Tensor) -> torch.Tensor:
     _NOW[0] += 5000
+    _CALLS.append("slow")
     return x * 2
 
 
 def jittery(x: torch.Tensor) -> torch.Tensor:
     _NOW[0] += next(_JITTER)
+    _CALLS.append("jittery")
     return x + 1
 
 
@@ -51,13 +54,19 @@ def _graph_module() -> GraphModule:
     return GraphModule(torch.nn.Module(), g)
 
 
-def _measured(warmup: int = 1, repeats: int = 3) -> msched.MeasuredCostModel:
+def _measured(forwards: tuple[int, ...] = (21, 30, 18)) -> msched.MeasuredCostModel:
+    """One warm-up pass and three timed ones, each followed by a call of the forward.
+
+    In the warm-up, `jittery` takes 100 us; in the timed passes 3, 9 and 4 us: the median is
+    4 (5 with the clock's own microsecond).  In the forwards it takes ``forwards``: 21, 30
+    and 18 us make forwards of 32, 41 and 29 us (two `slow` calls, `jittery` and the
+    clock's microsecond), 15 us over the nodes' medians (6 + 6 + 5): 5 us for each."""
     global _JITTER
-    # The warm-up call takes 100 us; the timed ones 3, 9 and 4 us: the median is 4 (5 with
-    # the clock's own microsecond).
-    _JITTER = iter([100_000] * warmup + [3000, 9000, 4000])
+    timed = zip([3000, 9000, 4000], [us * 1000 for us in forwards], strict=True)
+    _JITTER = iter([100_000, 100_000, *(ns for pair in timed for ns in pair)])
+    _CALLS.clear()
     gm = _graph_module()
-    return msched.measure_costs(gm, [torch.ones(2)], warmup=warmup, repeats=repeats, clock=_clock)
+    return msched.measure_costs(gm, [torch.ones(2)], warmup=1, repeats=3, clock=_clock)
 
 
 def test_each_node_costs_the_median_of_its_timed_calls_in_microseconds() -> None:
@@ -72,6 +81,67 @@ def test_each_node_costs_the_median_of_its_timed_calls_in_microseconds() -> None
     assert model.torch_version == torch.__version__
 
 
+def test_each_pass_runs_the_whole_graph_in_order_then_the_forward_once() -> None:
+    """A node is timed where the forward runs it, after its predecessors, not over and over
+    on its own; each of the 4 passes (1 warm-up, 3 timed) is followed by a forward."""
+    _measured()
+    assert _CALLS == ["slow", "slow", "jittery"] * 2 * 4
+
+
+def test_the_forwards_time_outside_its_nodes_is_shared_by_the_timed_nodes() -> None:
+    model = _measured()
+    assert model.overhead_us == 5.0
+    gm = _graph_module()
+    costs = {n.name: model.cost(n) for n in gm.graph.nodes}
+    assert costs == {
+        "x": 0.0, "slow": 11.0, "slow_1": 11.0, "view_default": 0.0, "jittery": 10.0,
+        "output": 0.0,
+    }  # fmt: skip
+    # One stream: the median forward's 32 us.
+    assert msched.simulate(gm, model).makespan == 32.0
+
+
+def test_a_forward_faster_than_its_nodes_adds_no_overhead() -> None:
+    # Forwards of 12, 13 and 14 us: less than the nodes' 17.
+    model = _measured(forwards=(1, 2, 3))
+    assert model.overhead_us == 0.0
+    assert model.cost(next(n for n in _graph_module().graph.nodes if n.name == "slow")) == 6.0
+
+
+class _FakeEvent:
+    """`torch.cuda.Event`'s methods on the fake clock (`elapsed_time` in milliseconds)."""
+
+    synchronized = 0
+
+    def __init__(self, enable_timing: bool) -> None:
+        assert enable_timing
+        self.at = -1
+
+    def record(self) -> None:
+        self.at = _clock()
+
+    def synchronize(self) -> None:
+        _FakeEvent.synchronized += 1
+
+    def elapsed_time(self, end: _FakeEvent) -> float:
+        return (end.at - self.at) / 1e6
+
+
+def test_cuda_events_time_each_node_in_the_pass_and_add_no_host_overhead() -> None:
+    """With events (`measure_costs` on a CUDA device), the costs are device time: no
+    forward is timed and the overhead is 0; each pass synchronizes once, at its end."""
+    global _JITTER
+    _JITTER = iter([100_000, 3000, 9000, 4000])
+    _CALLS.clear()
+    _FakeEvent.synchronized = 0
+    gm = _graph_module()
+    times, overhead = _measure(gm, [torch.ones(2)], 1, 3, _EventStopwatch(_FakeEvent))
+    assert {n.name: us for n, us in times.items()} == {"slow": 6.0, "slow_1": 6.0, "jittery": 5.0}
+    assert overhead == 0.0
+    assert _CALLS == ["slow", "slow", "jittery"] * 4
+    assert _FakeEvent.synchronized == 4
+
+
 def test_an_ops_cost_finds_the_op_in_a_graph_with_other_node_names() -> None:
     model = _measured()
     g = Graph()
@@ -79,7 +149,7 @@ def test_an_ops_cost_finds_the_op_in_a_graph_with_other_node_names() -> None:
     renamed = g.call_function(jittery, (y,), name="renamed")
     mm = g.call_function(aten.mm.default, (y, y))
     g.output((renamed, mm))
-    assert model.cost(renamed) == 5.0
+    assert model.cost(renamed) == 5.0 + 5.0  # its op's median and the overhead
     assert model.cost(mm) == msched.RooflineCostModel().cost(mm)  # not measured: the base
 
 
@@ -92,8 +162,10 @@ def test_the_file_round_trips_and_says_what_it_holds(tmp_path: Path) -> None:
         "format": FORMAT, "version": VERSION, "unit": "us", "device": "cpu",
         "torch": torch.__version__,
     }  # fmt: skip
+    assert (VERSION, data["overhead_us"]) == (2, 5.0)
     loaded = msched.MeasuredCostModel.load(path)
     assert loaded.to_json() == model.to_json()
+    assert loaded.overhead_us == 5.0
     loaded.save(tmp_path / "again.json")
     assert (tmp_path / "again.json").read_bytes() == path.read_bytes()
 
@@ -137,6 +209,20 @@ def _write(path: Path, data: object) -> Path:
     return path
 
 
+def test_a_version_1_file_loads_with_no_overhead_and_saves_as_the_current_version(
+    tmp_path: Path,
+) -> None:
+    """Version 1 files (nodes timed each on its own, no ``overhead_us``) still schedule."""
+    old = _measured().to_json()
+    del old["overhead_us"]
+    loaded = msched.MeasuredCostModel.load(_write(tmp_path / "v1.json", {**old, "version": 1}))
+    assert loaded.overhead_us == 0.0
+    assert loaded.nodes == old["nodes"] and loaded.ops == old["ops"]
+    assert msched.simulate(_graph_module(), loaded).makespan == 17.0
+    loaded.save(tmp_path / "v2.json")
+    assert json.loads((tmp_path / "v2.json").read_text())["version"] == VERSION
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -150,6 +236,8 @@ def _write(path: Path, data: object) -> Path:
         ({"nodes": {"slow": -1.0}}, "the cost of 'slow' must be a finite, non-negative"),
         ({"nodes": {"aten.mm": 1.0}}, "'aten.mm' in nodes is not a node name"),
         ({"ops": {"mm": 1.0}}, "'mm' in ops is not an op's dotted name"),
+        ({"overhead_us": -1.0}, "'overhead_us' must be a finite, non-negative number, got -1"),
+        ({"overhead_us": None}, "'overhead_us' must be a finite, non-negative number, got None"),
     ],
 )
 def test_a_bad_file_is_an_invalid_argument_naming_it(
@@ -190,6 +278,7 @@ def test_bad_counts_are_invalid_arguments(kwargs: dict[str, object], message: st
         ({"device": 0}, "device must be a string, got 0"),
         ({"torch_version": None}, "torch_version must be a string"),
         ({"repeats": 0}, "repeats must be an int >= 1"),
+        ({"overhead_us": "1"}, "overhead_us must be a finite, non-negative number, got '1'"),
     ],
 )
 def test_a_model_made_by_hand_checks_its_settings(kwargs: dict[str, object], message: str) -> None:
