@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TextIO
 
 import msched
+from msched._text import listed
 from msched.analysis.nodes import node_named
 from msched.cli.diff import DIFF_DESCRIPTION, cmd_diff
 from msched.cli.options import (
@@ -33,7 +34,6 @@ from msched.cli.options import (
     StackOptions,
     add_stack_args,
     given_options,
-    listed,
     stack_options,
 )
 from msched.cli.stack import Progress, Scheduled, build_stack, named_cost_model

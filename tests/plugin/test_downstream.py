@@ -219,25 +219,24 @@ SABOTAGE_MESSAGES = {
     "test_capture_after_output": [
         "E       AssertionError: capture_3 (stream 0) is emitted after output: in the recompiled "
         "module it follows `return` and never runs",
-        "E           > s0 | output(mul_tensor_*)",
-        "E           > s0 | capture_3 = msched.inplace_slice_copy.default(dest=dest, *)",
-        "E       assert not [[]capture_3[]]",
+        "E         > s0 | output(mul_tensor_*)",
+        "E         > s0 | capture_3 = msched.inplace_slice_copy.default(dest=dest, *)",
     ],
     "test_capture_after_return": [
         "E       AssertionError: capture_3 (stream 0) comes after `return` in the recompiled code*",
-        "E                 return mul_tensor_*",
-        "E                 capture_3 = torch.ops.msched.inplace_slice_copy.default(*",
+        "E               return mul_tensor_*",
+        "E               capture_3 = torch.ops.msched.inplace_slice_copy.default(*",
     ],
     "test_exit_wait_deleted": [
         "E       AssertionError: output on stream 0 does not wait for capture_3 (stream 1): *",
-        "E           > s1 |   capture_3 = msched.inplace_slice_copy.default(*",
-        "E           > s0 | output(mul_tensor_*)",
+        "E         > s1 |   capture_3 = msched.inplace_slice_copy.default(*",
+        "E         > s0 | output(mul_tensor_*)",
     ],
     "test_exit_wait_deleted_race": [
-        "E       AssertionError: schedule has 1 violation(s) *",
-        "E           [[]exit-not-joined[]] output on stream 0 does not wait for `capture_3` on "
+        "E       AssertionError: schedule has 1 violation (* nodes on 2 streams):",
+        "E         [[]exit-not-joined[]] output on stream 0 does not wait for `capture_3` on "
         "stream 1*",
-        "E           > s1 |   capture_3 = msched.inplace_slice_copy.default(*",
+        "E         > s1 |   capture_3 = msched.inplace_slice_copy.default(*",
     ],
     "test_schedule_graph_verifies": [
         "msched.verify found violations in the schedule:",
