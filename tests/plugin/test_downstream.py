@@ -266,7 +266,7 @@ def test_verify_off_skips_verification(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_sabotage=SABOTAGE)
     result = pytester.runpytest("--msched-verify=off", "-k", "schedule_graph_verifies")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["violations: 0 (1 graphs not verified: --msched-verify=off)"])
+    result.stdout.fnmatch_lines(["violations: 0 (1 graph not verified: --msched-verify=off)"])
 
 
 @pytest.mark.parametrize(
@@ -294,7 +294,7 @@ def test_verify_and_dump_ini_options_yield_to_the_command_line(
         result.stdout.fnmatch_lines(["violations: 1"])
     else:
         result.assert_outcomes(passed=1)
-        result.stdout.fnmatch_lines(["violations: 0 (1 graphs not verified: --msched-verify=off)"])
+        result.stdout.fnmatch_lines(["violations: 0 (1 graph not verified: --msched-verify=off)"])
     dumps = sorted(p.name for p in pytester.path.iterdir() if p.name.endswith("_dumps"))
     assert dumps == ([dump_dir] if dump_dir else [])
     if dump_dir:
