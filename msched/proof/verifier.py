@@ -330,7 +330,7 @@ def _check_stream_ids(program: StreamProgram, num_streams: int | None, found: _F
                 "bad-stream",
                 [step.node.name],
                 f"`{step.node.name}` names stream {step.to_stream}, but the schedule has "
-                f"{num_streams} stream(s) (0..{num_streams - 1}): use a stream in range",
+                f"{counted(num_streams, 'stream')} (0..{num_streams - 1}): use a stream in range",
                 streams=(step.to_stream,),
             )
 

@@ -214,7 +214,7 @@ def test_stream_ids_out_of_range_and_an_exit_off_stream_0() -> None:
     assert kinds(msched.verify(gm)) == ["bad-stream"]  # output issued on stream 2
     report = msched.verify(gm, num_streams=2)
     assert kinds(report) == ["bad-stream", "bad-stream"]
-    assert "names stream 2, but the schedule has 2 stream(s) (0..1)" in report.violations[1].message
+    assert "names stream 2, but the schedule has 2 streams (0..1)" in report.violations[1].message
     assert "switch back to stream 0" in report.violations[0].message
 
 
