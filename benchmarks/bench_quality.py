@@ -13,7 +13,7 @@ final); and the lower bound over the optimum.  Where CP-SAT proves no optimum in
 its best schedule stands in (counted in ``unproven``).
 
 Run: ``python benchmarks/bench_quality.py [--quick] [--time-limit 5]`` (needs the
-``optimal`` extra: ``pip install 'pytest-msched[optimal]'``).
+``optimal`` extra: ``pip install 'ortools>=9.8'``).
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from typing import TextIO
 from torch.fx import GraphModule
 
 import msched
+from msched._text import listed
 from msched.analysis.cost import CostModel
 from msched.analysis.nodes import node_named
 from msched.cli.diff import DIFF_DESCRIPTION, cmd_diff
@@ -45,7 +46,6 @@ from msched.cli.options import (
     add_stack_args,
     dialect_option,
     given_options,
-    listed,
     stack_options,
 )
 from msched.cli.stack import Progress, Scheduled, build_stack, named_cost_model

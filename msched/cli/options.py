@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, NoReturn
 
+from msched._text import agreeing, listed
 from msched.errors import InvalidArgumentError, UsageError, one_line
 from msched.limits import MAX_STREAMS, check_num_streams, positive_int
 from msched.models.decoders import capture_layer_problems
@@ -88,12 +89,6 @@ def layer_list(text: str) -> tuple[int, ...]:
     if any(layer < 0 for layer in layers):
         raise argparse.ArgumentTypeError(f"layer numbers start at 0, got {text!r}")
     return layers
-
-
-def listed(numbers: Sequence[int]) -> str:
-    """``1, 5 and 11``."""
-    *head, last = map(str, numbers)
-    return f"{', '.join(head)} and {last}" if head else last
 
 
 def layer_text(layers: Sequence[int]) -> str:
@@ -182,9 +177,9 @@ def stack_options(given: dict[str, Any], base: StackOptions = DEFAULT_STACK) -> 
     stack = replace(base, **given)
     beyond, repeated = capture_layer_problems(stack.layers, stack.captures)
     if beyond:
-        layers = "layers" if len(beyond) > 1 else "layer"
+        layers = agreeing(len(beyond), "layer", "layers")
         raise UsageError(
-            f"capture {layers} {listed(beyond)} {'are' if len(beyond) > 1 else 'is'} beyond "
+            f"capture {layers} {listed(beyond)} {agreeing(len(beyond), 'is', 'are')} beyond "
             f"the stack: layers are 0..{stack.layers - 1}"
         )
     if repeated:

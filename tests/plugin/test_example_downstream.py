@@ -42,8 +42,9 @@ WITHOUT_HYPOTHESIS = ("-p", "no:hypothesispytest")
 TIMEOUT = 600.0  # seconds a pytest subprocess may run
 BUG_MESSAGES = {
     # schedule_graph (verify): "[after-output] `capture_5` comes after output and never runs";
-    # assert_captures_precede_output: "capture_5 (stream 0) is emitted after output: ...".
-    "1": r"\b{capture}\b`?( \(stream \d+\))? (comes|is emitted) after `?output`?",
+    # assert_captures_precede_output: "capture_1 (stream 0), capture_3 (stream 0) and
+    # capture_5 (stream 0) are emitted after output: ...".
+    "1": r"\b{capture}\b`?( \(stream \d+\))? (comes|is emitted|are emitted) after `?output`?",
     # verify: "[exit-not-joined] output on stream 0 does not wait for `capture_5` on stream 1";
     # assert_exit_waits_on: "output on stream 0 does not wait for capture_5 (stream 1): ...".
     "2": r"output on stream 0 does not wait for `?{capture}\b",
