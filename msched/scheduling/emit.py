@@ -44,7 +44,7 @@ from torch.fx import Graph, Node
 from msched import ops
 from msched.analysis.dag import Dag
 from msched.analysis.effects import produces_tensor
-from msched.analysis.lifetimes import allocates, unsafe_cross_stream_uses
+from msched.analysis.lifetimes import UnsafeUse, allocates, unsafe_cross_stream_uses
 from msched.analysis.nodes import INPUT_OPS
 from msched.scheduling.assign import Assignment
 
@@ -267,19 +267,21 @@ class _Emitter:
             produces_tensor,
             lambda node: allocates(node, effects),
         )
-        joins = _Joins(self.computed, self.stream_of, self.clock_after) if keep_alive else None
-        kept: set[tuple[Node, Node]] = set()
+        by_root: dict[Node, list[UnsafeUse]] = {}
         for use in unsafe:
-            home = self.stream_of[use.root]
-            join = joins.first(home, use.stream, use.last_seq) if joins is not None else None
-            if join is None:
+            by_root.setdefault(use.root, []).append(use)
+        joins = _Joins(self.computed, self.stream_of, self.clock_after) if keep_alive else None
+        for root, uses in by_root.items():
+            join = joins.last_of(self.stream_of[root], uses) if joins is not None else None
+            if join is not None:  # one reference after every join: the latest
+                home = self.stream_of[root]
+                record = self._new(ops.record_stream, (uses[0].tensor, home), "record_stream", home)
+                self.records_before.setdefault(join, []).append(record)
+                continue
+            for use in uses:  # a record pins the block anyway: no keep-alive beside it
                 args = (use.tensor, use.stream)
                 record = self._new(ops.record_stream, args, "record_stream", use.stream)
                 self.records_before.setdefault(use.user, []).append(record)
-            elif (use.root, join) not in kept:
-                kept.add((use.root, join))
-                record = self._new(ops.record_stream, (use.tensor, home), "record_stream", home)
-                self.records_before.setdefault(join, []).append(record)
 
 
 class _Joins:
@@ -297,12 +299,18 @@ class _Joins:
         for node in computed:
             self.nodes.setdefault(stream_of[node], []).append(node)
 
-    def first(self, stream: int, other: int, position: int) -> Node | None:
-        """The first node of ``stream`` whose stream has joined ``other`` at ``position``."""
+    def last_of(self, stream: int, uses: list[UnsafeUse]) -> Node | None:
+        """The first node of ``stream`` that happens after every one of ``uses`` (None: no
+        node of it does)."""
         nodes = self.nodes.get(stream, [])
         clock_after = self.clock_after
-        i = bisect_left(nodes, position, key=lambda n: clock_after[n][other])
-        return nodes[i] if i < len(nodes) else None
+        latest = 0
+        for use in uses:
+            i = bisect_left(nodes, use.last_seq, key=lambda n: clock_after[n][use.stream])
+            if i == len(nodes):
+                return None
+            latest = max(latest, i)
+        return nodes[latest]
 
 
 def _preamble(dag: Dag, a: Assignment) -> list[Node]:

@@ -62,7 +62,10 @@ def test_on_the_expert_parallel_stack_the_bound_falls_and_allocated_rises() -> N
     kept, kept_memory = scheduled(kwargs, 2, keep_alive=True)
     recorded, recorded_memory = scheduled(kwargs, 2, keep_alive=False)
     assert (kept_memory.reserved_bound, recorded_memory.reserved_bound) == (110 * MIB, 126 * MIB)
-    assert (kept_memory.allocated, recorded_memory.allocated) == (60 * MIB + 16384, 56 * MIB + 16384)
+    assert (kept_memory.allocated, recorded_memory.allocated) == (
+        60 * MIB + 16384,
+        56 * MIB + 16384,
+    )
     assert kept.makespan == recorded.makespan
 
 
@@ -94,4 +97,3 @@ def test_a_keep_alive_schedule_runs_right_and_without_its_keep_alives_it_races()
 def test_keep_alive_must_be_a_bool() -> None:
     with pytest.raises(msched.InvalidArgumentError, match="keep_alive"):
         msched.schedule(decoder_stack(**SMALL).gm, 2, keep_alive="yes")  # type: ignore[arg-type]
-
