@@ -13,7 +13,8 @@ makespan (cost-model units) and `msched.peak_memory`'s ``reserved_bound``, ``res
 run (first row of each graph, ``orig``: the figures in MiB).  No timing.
 
 Run: ``python benchmarks/bench_memory.py [--fast] [--graphs dense,moe,...] [--streams 1,2,3]
-[--budgets none,1.0,1.1,1.25,1.5]``; ``--fast`` uses 2 layers and small sizes (the smoke
+[--budgets none,1.0,1.1,1.25,1.5] [--record]``; ``--record`` emits ``record_stream`` for
+every protected cross-stream use (``keep_alive=False``, the emission of 0.1.0); ``--fast`` uses 2 layers and small sizes (the smoke
 test's).
 
 ``--emission`` prints instead, per graph and stream count (2, 3), the schedule without a
@@ -74,10 +75,14 @@ def original_row(name: str, fast: bool) -> tuple[float, msched.MemoryReport]:
     return serial, msched.peak_memory(stack.gm, example_inputs=stack.example_inputs())
 
 
-def row(name: str, fast: bool, streams: int, budget: float | None) -> tuple[float, Any]:
+def row(
+    name: str, fast: bool, streams: int, budget: float | None, keep_alive: bool = True
+) -> tuple[float, Any]:
     stack = build(name, fast)
     inputs = stack.example_inputs()
-    sched = msched.schedule(stack.gm, streams, memory_budget=budget, example_inputs=inputs)
+    sched = msched.schedule(
+        stack.gm, streams, memory_budget=budget, example_inputs=inputs, keep_alive=keep_alive
+    )
     if not msched.verify(sched.gm, original=sched.original).ok:
         raise SystemExit(f"{name} on {streams} streams, budget {budget}: verify failed")
     return sched.makespan, msched.peak_memory(stack.gm, example_inputs=inputs)
@@ -173,6 +178,7 @@ def main() -> None:
     parser.add_argument("--streams", default="1,2,3", help="stream counts, comma-separated")
     parser.add_argument("--budgets", default="none,1.0,1.1,1.25,1.5", help="comma-separated")
     parser.add_argument("--emission", action="store_true", help="record_stream or keep-alive")
+    parser.add_argument("--record", action="store_true", help="schedules with keep_alive=False")
     parser.add_argument("--scale", action="store_true", help="peak_memory's cost per size")
     parser.add_argument("--nodes", default=",".join(map(str, SCALE_NODES)), help="--scale sizes")
     parser.add_argument("--scale-streams", type=int, default=2, help="--scale's stream count")
@@ -194,7 +200,7 @@ def main() -> None:
         print("".join(f"{c:>11}" for c in cells))
         for k in counts:
             for budget in budgets:
-                makespan, mem = row(name, args.fast, k, budget)
+                makespan, mem = row(name, args.fast, k, budget, not args.record)
                 ratios = (
                     mem.reserved_bound / base.reserved_bound,
                     mem.reserved / base.reserved,
