@@ -9,6 +9,12 @@ streams under a cost model is `msched.simulate`, in `msched.proof.timeline`.)
 
 The graph is read with `msched.proof.interpreter.interpret`; nodes after ``output`` never run.
 
+The caching allocator is adversarial too: a tensor read on another stream and freed on its
+own stream before that stream waited for the read, without ``record_stream`` for the reading
+stream (`msched.proof.record_streams.unrecorded_uses`, what ``missing-record-stream``
+reports), is overwritten with garbage when the first node of its stream after the free that
+may allocate runs before the read, as if it took the block.
+
 ``order="search"`` tries many such orders (every auxiliary stream late in turn, every one
 early in turn, seeded random ones) against a reference run and stops at the first that gives
 other numbers, so a race that some order shows is shown.  A node that fails on the garbage a

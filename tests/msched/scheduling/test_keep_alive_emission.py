@@ -53,6 +53,7 @@ def test_keep_alive_replaces_every_record_and_never_reserves_more(case: str) -> 
     assert kept_memory.reserved_bound <= recorded_memory.reserved_bound
 
 
+@pytest.mark.slow
 def test_on_the_expert_parallel_stack_the_bound_falls_and_allocated_rises() -> None:
     # 2 layers, hidden 1024, 1024 tokens, rank 0 of 2, 2 streams (the bench's sizes, fewer
     # layers): four dispatch buffers read on stream 1.  Recorded, each stays in stream 0's
@@ -69,6 +70,7 @@ def test_on_the_expert_parallel_stack_the_bound_falls_and_allocated_rises() -> N
     assert kept.makespan == recorded.makespan
 
 
+@pytest.mark.slow
 def test_the_tensor_parallel_stacks_side_pool_is_not_a_record() -> None:
     # Its 2-stream schedule reserves 1.91x the original order's bound (42 / 22 MiB): the side
     # stream's own 20 MiB segment, not a pinned block, so keeping alive changes nothing.
