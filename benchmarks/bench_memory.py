@@ -14,8 +14,8 @@ run (first row of each graph, ``orig``: the figures in MiB).  No timing.
 
 Run: ``python benchmarks/bench_memory.py [--fast] [--graphs dense,moe,...] [--streams 1,2,3]
 [--budgets none,1.0,1.1,1.25,1.5] [--record]``; ``--record`` emits ``record_stream`` for
-every protected cross-stream use (``keep_alive=False``, the emission of 0.1.0); ``--fast`` uses 2 layers and small sizes (the smoke
-test's).
+every protected cross-stream use (``keep_alive=False``, the emission of 0.1.0); ``--fast``
+uses 2 layers and small sizes (the smoke test's).
 
 ``--emission`` prints instead, per graph and stream count (2, 3), the schedule without a
 budget emitted both ways: ``record``, a ``record_stream`` on every cross-stream use the
@@ -190,6 +190,11 @@ def main() -> None:
     if args.emission:
         emission(args.graphs.split(","), [k for k in counts if k > 1], args.fast)
         return
+    trade_off(args, counts)
+
+
+def trade_off(args: argparse.Namespace, counts: list[int]) -> None:
+    """The default table: makespan and memory per stream count and budget."""
     budgets = [None if b == "none" else float(b) for b in args.budgets.split(",")]
     print("ratios to the original order (orig rows: makespan in cost units, memory in MiB)")
     print("".join(f"{h:>11}" for h in HEADER))
