@@ -12,7 +12,9 @@ from msched._version import __version__
 from msched.analysis._targets import register_mutation, register_pure, register_side_effect
 from msched.analysis.collectives import register_collective
 from msched.analysis.cost import CostModel, DefaultCostModel, RooflineCostModel
+from msched.analysis.cost_table import TableCostModel
 from msched.analysis.dag import Dag, build_dag
+from msched.analysis.measured import MeasuredCostModel, measure_costs
 from msched.compile.compiler import (
     CompiledGraph,
     MschedBackend,
@@ -68,6 +70,7 @@ __all__ = [
     "InductorInterfaceError",
     "InvalidArgumentError",
     "InvalidGraphError",
+    "MeasuredCostModel",
     "MemoryReport",
     "MissingDependencyError",
     "MschedBackend",
@@ -85,6 +88,7 @@ __all__ = [
     "ScheduleVerificationError",
     "SplitOpNotFoundError",
     "SplitOpNotFoundWarning",
+    "TableCostModel",
     "Timeline",
     "TorchInternalsError",
     "TrainingGraphError",
@@ -98,6 +102,7 @@ __all__ = [
     "compile_pieces",
     "cuda_streams_on_cpu",
     "execute",
+    "measure_costs",
     "ops",
     "optimal_makespan",
     "peak_memory",

@@ -14,6 +14,9 @@ loosely (``report: Any`` is a `msched.Report`).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -35,11 +38,15 @@ class UnreadStreamOpsError(InvalidGraphError):
     """The graph has ops that look like stream ops (`msched.proof.lookalikes`) but the dialect
     it is read in does not read them: read as compute they would order nothing, so no verdict
     on the graph can be trusted.  ``ops`` are their qualified names (``myeng::wait``),
-    ``nodes`` the names of their nodes; the message says how to give the dialect."""
+    ``nodes`` the names of their nodes; the message says how to give the dialect: ``hint``,
+    in the words of the tool that read the graph (`dialect_hint`)."""
 
-    def __init__(self, message: str, *, nodes: tuple[str, ...], ops: tuple[str, ...]) -> None:
+    def __init__(
+        self, message: str, *, nodes: tuple[str, ...], ops: tuple[str, ...], hint: str = ""
+    ) -> None:
         super().__init__(message, nodes=nodes)
         self.ops = ops
+        self.hint = hint
 
 
 class InvalidArgumentError(MschedError, ValueError):
@@ -142,6 +149,33 @@ class RanksTimeoutError(MschedError):
 class UsageError(MschedError):
     """A bad ``msched`` command-line argument found after parsing (exit status 2); the message
     names the option."""
+
+
+LIBRARY_DIALECT_HINT = "pass dialect=... (a msched.Dialect or a dialect name)"
+"""How a graph's dialect is given to msched's functions: the `dialect_hint` by default."""
+
+_DIALECT_HINT: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "msched_dialect_hint", default=LIBRARY_DIALECT_HINT
+)
+
+
+@contextlib.contextmanager
+def dialect_hint(hint: str) -> Iterator[None]:
+    """While this runs, an `UnreadStreamOpsError` says to give the dialect as ``hint`` says.
+
+    A tool that reads graphs for its user and takes the dialect its own way sets this around
+    its work: the ``msched`` command (``--dialect``), the pytest plugin (its ini option).
+    Outside any, the hint is `LIBRARY_DIALECT_HINT` (``dialect=``)."""
+    token = _DIALECT_HINT.set(hint)
+    try:
+        yield
+    finally:
+        _DIALECT_HINT.reset(token)
+
+
+def current_dialect_hint() -> str:
+    """The hint of the innermost `dialect_hint` running (`LIBRARY_DIALECT_HINT` outside any)."""
+    return _DIALECT_HINT.get()
 
 
 def one_line(error: BaseException) -> str:

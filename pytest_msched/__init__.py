@@ -1,8 +1,12 @@
 """pytest-msched: the pytest plugin of msched (marker, fixtures, helpers, snapshots).
 
 The plugin loads through the ``pytest11`` entry point; this package exports what downstream
-tests import: the assertion helpers (rewritten by pytest, so failures show their values) and
-the syrupy extension `ScheduledGraphExtension`.
+tests import: the assertion helpers and the syrupy extension `ScheduledGraphExtension`.
+
+`_HOMES` is the one table of the public names: each with the module it lives in.
+``__all__`` is made from it, and the ``TYPE_CHECKING`` imports below repeat it for type
+checkers and IDEs, which cannot read a table; ``tests/plugin/test_exports.py`` fails when the
+two disagree.  A new public name is one line in `_HOMES` and one import line below.
 """
 
 from __future__ import annotations
@@ -10,30 +14,16 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
-pytest.register_assert_rewrite("pytest_msched.assertions")
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # ``import x as x``: re-exported, also under strict re-export rules
+    from pytest_msched.assertions import assert_capture_safe as assert_capture_safe
     from pytest_msched.assertions import (
-        assert_capture_safe,
-        assert_captures_precede_output,
-        assert_exit_waits_on,
-        assert_peak_memory,
-        assert_race_free,
-        assert_survives_recompile,
+        assert_captures_precede_output as assert_captures_precede_output,
     )
-    from pytest_msched.snapshot import ScheduledGraphExtension
-
-__all__ = [
-    "ScheduledGraphExtension",
-    "assert_capture_safe",
-    "assert_captures_precede_output",
-    "assert_exit_waits_on",
-    "assert_peak_memory",
-    "assert_race_free",
-    "assert_survives_recompile",
-]
+    from pytest_msched.assertions import assert_exit_waits_on as assert_exit_waits_on
+    from pytest_msched.assertions import assert_peak_memory as assert_peak_memory
+    from pytest_msched.assertions import assert_race_free as assert_race_free
+    from pytest_msched.assertions import assert_survives_recompile as assert_survives_recompile
+    from pytest_msched.snapshot import ScheduledGraphExtension as ScheduledGraphExtension
 
 # Imported on first use (PEP 562): the plugin loads this package in every pytest process, and
 # the helpers import torch, which a pytest-xdist controller (it runs no test) does not need.
@@ -46,6 +36,8 @@ _HOMES = {
     "assert_race_free": "pytest_msched.assertions",
     "assert_survives_recompile": "pytest_msched.assertions",
 }
+
+__all__ = sorted(_HOMES)
 
 
 def __getattr__(name: str) -> Any:

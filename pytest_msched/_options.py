@@ -301,18 +301,13 @@ def parse_scheduler(text: str) -> Scheduler:
 
 def parse_dialect(text: str) -> Dialect:
     """The `msched.Dialect` ``text`` names: ``package.module:attribute`` (a Dialect), a
-    built-in dialect name or an op namespace with the stream ops; `ValueError` otherwise."""
+    built-in dialect name or an op namespace with the stream ops; `ValueError` otherwise
+    (`msched.proof.dialect_names.dialect_from_text`, as ``msched --dialect`` reads it)."""
     from msched.errors import InvalidArgumentError
-    from msched.proof.dialects import Dialect, as_dialect
+    from msched.proof.dialect_names import dialect_from_text
 
-    text = text.strip()
-    if ":" in text:
-        dialect = import_path(text, "attribute")
-        if not isinstance(dialect, Dialect):
-            raise ValueError(f"{text} is a {type(dialect).__name__}, not a msched.Dialect")
-        return dialect
     try:
-        return as_dialect(text)
+        return dialect_from_text(text)
     except InvalidArgumentError as error:
         raise ValueError(str(error)) from None
 

@@ -20,6 +20,13 @@ if TYPE_CHECKING:
 
 DIALECT_FIXTURE = "msched_dialect"
 
+PLUGIN_DIALECT_HINT = (
+    "configure it for pytest-msched's helpers, schedule_graph and snapshots: "
+    "`msched_dialect = package.module:DIALECT` in the ini file, --msched-dialect=..., or a "
+    "msched_dialect fixture in conftest.py; or pass dialect=... to the helper"
+)
+"""How `msched.UnreadStreamOpsError` says to give the dialect while the plugin reads a graph."""
+
 
 class ReadingContext:
     """How the plugin's helpers, snapshots and dumps read graphs while a test (or, outside
@@ -80,6 +87,18 @@ def reading_in(context: ReadingContext) -> Iterator[None]:
         yield
     finally:
         _READING.reset(token)
+
+
+@contextlib.contextmanager
+def plugin_hint() -> Iterator[None]:
+    """While this runs (a helper, ``schedule_graph`` or a snapshot reading a graph for the
+    test), `msched.UnreadStreamOpsError` says to give the dialect the plugin's way
+    (`PLUGIN_DIALECT_HINT`, `msched.errors.dialect_hint`); msched's own functions called in a
+    test keep saying ``dialect=``, the only way they take one."""
+    from msched.errors import dialect_hint  # msched (and torch) only once a graph is read
+
+    with dialect_hint(PLUGIN_DIALECT_HINT):
+        yield
 
 
 def reading_context() -> ReadingContext | None:

@@ -28,7 +28,7 @@ import pytest
 from pytest_msched import _params
 from pytest_msched._options import Settings, options_given, resolve_settings
 from pytest_msched._pytest_internals import distributes, is_xdist_worker, node_output, worker_output
-from pytest_msched._reading import ReadingContext, reading_in
+from pytest_msched._reading import ReadingContext, plugin_hint, reading_in
 from pytest_msched.snapshot import indexed_snapshot_report
 
 if TYPE_CHECKING:
@@ -153,15 +153,15 @@ class SessionStats:
                 f"violations: {violations}",
             ]
             if unverified:
-                lines[-1] += f" ({unverified} graphs not verified: --msched-verify=off)"
+                lines[-1] += f" ({_counted(unverified, 'graph')} not verified: --msched-verify=off)"
             lines += _lazy_lines(scheduled)
             lines += _memory_lines(scheduled)
         if traced:
             streams = max(r.num_streams for r in traced)
             waits = sum(r.num_waits for r in traced)
             lines.append(
-                f"graphs traced (trace_streams): {len(traced)}, up to {streams} streams, "
-                f"{waits} waits"
+                f"graphs traced (trace_streams): {len(traced)}, up to "
+                f"{_counted(streams, 'stream')}, {_counted(waits, 'wait')}"
             )
         return lines
 
@@ -183,7 +183,13 @@ def _memory_lines(scheduled: list[GraphRecord]) -> list[str]:
         ratio, test = max(ratios, key=lambda x: (x[0], x[1]))
         line += f", at most {ratio:.2f}x the unscheduled graph's ({test})"
     unsized = len(scheduled) - len(sized)
-    return [line + (f"; {unsized} graphs without sizes" if unsized else "")]
+    return [line + (f"; {_counted(unsized, 'graph')} without sizes" if unsized else "")]
+
+
+def _counted(count: int, noun: str) -> str:
+    """``1 graph``, ``2 graphs``: `msched._text.counted`, which this module cannot import (the
+    xdist controller writes the summary and must not import msched, which imports torch)."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _mib(nbytes: int) -> str:
@@ -202,7 +208,7 @@ def _lazy_lines(scheduled: list[GraphRecord]) -> list[str]:
     shown = [f"{r.test} ({r.used} of {r.num_streams})" for r in lazy[:LAZY_SHOWN]]
     more = len(lazy) - LAZY_SHOWN
     return [
-        f"fewer streams used than requested: {len(lazy)} graphs: {', '.join(shown)}"
+        f"fewer streams used than requested: {_counted(len(lazy), 'graph')}: {', '.join(shown)}"
         + (f", and {more} more" if more > 0 else "")
     ]
 
@@ -283,17 +289,18 @@ class MschedSession:
         from msched.testing import checks
 
         strict = self.settings.verify == "strict"
-        check = checks.schedule_and_verify(
-            gm,
-            num_streams,
-            cost_model,
-            strict=strict,
-            scheduler=scheduler,
-            dialect=dialect,
-            cuda_graph=self.settings.cuda_graph,
-            memory_budget=self.settings.memory_budget,
-            example_inputs=example_inputs,
-        )
+        with plugin_hint():
+            check = checks.schedule_and_verify(
+                gm,
+                num_streams,
+                cost_model,
+                strict=strict,
+                scheduler=scheduler,
+                dialect=dialect,
+                cuda_graph=self.settings.cuda_graph,
+                memory_budget=self.settings.memory_budget,
+                example_inputs=example_inputs,
+            )
         if isinstance(check, checks.SchedulerFailure):
             return check
         self.stats.add(GraphRecord.of(check, num_streams, nodeid))

@@ -1,4 +1,4 @@
-"""Assertion helpers for scheduled graphs, rewritten by pytest (see ``pytest_msched/__init__``).
+"""Assertion helpers for scheduled graphs.
 
 Each helper takes the scheduled ``GraphModule`` and the nodes to check (nodes of the scheduled
 graph, of its original, or their names: nodes are matched by name, which `msched.schedule`
@@ -12,17 +12,23 @@ an Inductor kernel order, `msched.schedule`) is read in its own dialect
 (`msched.testing.checks.resolve_dialect`).  A graph with ops that look like
 stream ops but that the dialect does not read raises `msched.UnreadStreamOpsError` naming them.
 The checks themselves are the plain functions of `msched.testing.checks`.
+
+A failure raises an ``AssertionError`` built here (`_fail`), not an ``assert`` statement: its
+message says what is wrong and nothing else.  pytest does not rewrite this module, so it adds
+no ``where False = ...`` introspection of the helper's own calls, and ``__tracebackhide__``
+keeps the helper's frames out of the traceback: the failure points at the test's line.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch.fx import GraphModule, Node
 
+from msched._text import agreeing, counted, listed
 from msched.analysis.cost import CostModel
 from msched.analysis.nodes import node_named
 from msched.proof.capture import CAPTURE_KINDS
@@ -33,18 +39,23 @@ from msched.scheduling.pipeline import Schedule
 from msched.testing.checks import (
     capture_columns,
     excerpt,
+    exit_joins,
     resolve_dialect,
     streams_of,
     violation_message,
     written_inputs,
 )
-
-# Imported under the name the assertion shows: pytest prints ``where False = _exit_joins(...)``.
-from msched.testing.checks import exit_joins as _exit_joins
 from msched.testing.memory_checks import check_limit, memory_problem
-from pytest_msched._reading import configured_dialect
+from pytest_msched._reading import configured_dialect, plugin_hint
 
 
+def _fail(message: str) -> NoReturn:
+    """Fail the running test with ``message`` alone (see the module docstring)."""
+    __tracebackhide__ = True
+    raise AssertionError(message)
+
+
+@plugin_hint()
 def _reading(gm: GraphModule, dialect: Dialect | str | None) -> Dialect:
     """The dialect ``gm`` is read in: ``dialect``, else its own for a graph msched made,
     else the running test's, else detected (`msched.testing.checks.resolve_dialect`).
@@ -70,6 +81,11 @@ def _where(gm: GraphModule, node: Node, dialect: Dialect) -> str:
     return f"{node.name} (stream {stream})" if stream is not None else node.name
 
 
+def _subject(gm: GraphModule, nodes: Sequence[Node], dialect: Dialect) -> str:
+    """``capture_1 (stream 0)``, ``capture_1 (stream 0) and capture_3 (stream 1)``."""
+    return listed(_where(gm, n, dialect) for n in nodes)
+
+
 def assert_captures_precede_output(
     gm: GraphModule, captures: Iterable[Node | str], dialect: Dialect | str | None = None
 ) -> None:
@@ -83,11 +99,14 @@ def assert_captures_precede_output(
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     nodes = [_node(gm, c) for c in captures]
     late = [n for n in nodes if order[n] > order[_output(gm)]]
-    assert not late, (
-        ", ".join(_where(gm, n, read) for n in late)
-        + " is emitted after output: in the recompiled module it follows `return` and never "
-        "runs\n" + excerpt(gm, [*late, _output(gm)], dialect=read)
-    )
+    if late:
+        one = len(late) == 1
+        _fail(
+            f"{_subject(gm, late, read)} {agreeing(len(late), 'is', 'are')} emitted after "
+            f"output: in the recompiled module {'it follows' if one else 'they follow'} "
+            f"`return` and never {agreeing(len(late), 'runs', 'run')}\n"
+            + excerpt(gm, [*late, _output(gm)], dialect=read)
+        )
 
 
 def _assignment_line(code: list[str], name: str) -> int | None:
@@ -107,19 +126,21 @@ def _check_code_order(gm: GraphModule, nodes: list[Node], dialect: Dialect) -> N
     ret = _return_line(code)
     lines = {n: _assignment_line(code, n.name) for n in nodes}
     missing = [n for n in nodes if lines[n] is None]
-    assert not missing, (
-        ", ".join(_where(gm, n, dialect) for n in missing)
-        + " does not appear in the generated code\n"
-        + excerpt(gm, missing, dialect=dialect)
-    )
+    if missing:
+        _fail(
+            f"{_subject(gm, missing, dialect)} "
+            f"{agreeing(len(missing), 'does', 'do')} not appear in the generated code\n"
+            + excerpt(gm, missing, dialect=dialect)
+        )
     late = [n for n in nodes if (lines[n] or 0) > ret]
-    assert not late, (
-        ", ".join(_where(gm, n, dialect) for n in late)
-        + " comes after `return` in the recompiled code and never runs:\n"
-        + "\n".join(f"    {code[i]}" for i in sorted({ret, *(lines[n] or 0 for n in late)}))
-        + "\n"
-        + excerpt(gm, [*late, _output(gm)], dialect=dialect)
-    )
+    if late:
+        _fail(
+            f"{_subject(gm, late, dialect)} {agreeing(len(late), 'comes', 'come')} after "
+            f"`return` in the recompiled code and never {agreeing(len(late), 'runs', 'run')}:\n"
+            + "\n".join(f"    {code[i]}" for i in sorted({ret, *(lines[n] or 0 for n in late)}))
+            + "\n"
+            + excerpt(gm, [*late, _output(gm)], dialect=dialect)
+        )
 
 
 @dataclass(frozen=True)
@@ -144,10 +165,12 @@ def _regions(gm: GraphModule, nodes: list[Node], inputs: Sequence[Any]) -> list[
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     found = written_inputs(gm, nodes)
     unknown = [n.name for n, written in found.items() if not written]
-    assert not unknown, (
-        ", ".join(unknown) + " writes no graph input that this helper can find (it checks the "
-        "placeholders msched's effects say a node writes: its schema, registered mutations)"
-    )
+    if unknown:
+        _fail(
+            f"{listed(unknown)} {agreeing(len(unknown), 'writes', 'write')} no graph input that "
+            "this helper can find (it checks the placeholders msched's effects say a node "
+            "writes: its schema, registered mutations)"
+        )
     return [
         _Region(n, dest.name, inputs[placeholders.index(dest)], capture_columns(n))
         for n, written in found.items()
@@ -165,7 +188,8 @@ def _check_writes(
     gm(*inputs)
     changed = {r.capture for r, old in zip(regions, before, strict=True) if not _same(r, old)}
     unwritten = [r for r in regions if r.capture not in changed]
-    assert not unwritten, _unwritten_message(gm, unwritten, dialect)
+    if unwritten:
+        _fail(_unwritten_message(gm, unwritten, dialect))
 
 
 def _same(region: _Region, before: torch.Tensor) -> bool:
@@ -224,11 +248,12 @@ def assert_exit_waits_on(
     read = _reading(gm, dialect)
     target = _node(gm, node)
     out = _output(gm)
-    assert _exit_joins(gm, target, read), (
-        f"output on stream {streams_of(gm, read).get(out, 0)} does not wait for "
-        f"{_where(gm, target, read)}: record an event after it and wait on it before output\n"
-        + excerpt(gm, [target, out], dialect=read)
-    )
+    if not exit_joins(gm, target, read):
+        _fail(
+            f"output on stream {streams_of(gm, read).get(out, 0)} does not wait for "
+            f"{_where(gm, target, read)}: record an event after it and wait on it before "
+            "output\n" + excerpt(gm, [target, out], dialect=read)
+        )
 
 
 def assert_race_free(
@@ -239,7 +264,8 @@ def assert_race_free(
     __tracebackhide__ = True
     read = _reading(gm, dialect)
     report = verify(gm, original=original, dialect=read)
-    assert report.ok, violation_message(gm, report, read)
+    if not report.ok:
+        _fail(violation_message(gm, report, read))
 
 
 def assert_capture_safe(gm: GraphModule, dialect: Dialect | str | None = None) -> None:
@@ -255,12 +281,13 @@ def assert_capture_safe(gm: GraphModule, dialect: Dialect | str | None = None) -
     read = _reading(gm, dialect)
     report = verify(gm, dialect=read, cuda_graph=True)
     faults = [v for v in report.violations if v.kind in CAPTURE_KINDS]
-    assert not faults, (
-        f"{len(faults)} CUDA-graph capture fault(s):\n"
-        + "\n".join(f"  {v}" for v in faults)
-        + "\n"
-        + excerpt(gm, [n for v in faults for n in v.nodes], dialect=read)
-    )
+    if faults:
+        _fail(
+            f"{counted(len(faults), 'CUDA-graph capture fault')}:\n"
+            + "\n".join(f"  {v}" for v in faults)
+            + "\n"
+            + excerpt(gm, [n for v in faults for n in v.nodes], dialect=read)
+        )
 
 
 def assert_peak_memory(
@@ -295,4 +322,5 @@ def assert_peak_memory(
         cost_model=cost_model,
         dialect=read,
     )
-    assert problem is None, problem
+    if problem is not None:
+        _fail(problem)

@@ -39,7 +39,7 @@ from syrupy.location import PyTestLocation
 from syrupy.report import SnapshotReport
 from syrupy.terminal import context_style, received_style, reset, snapshot_style
 
-from pytest_msched._reading import reading_context
+from pytest_msched._reading import plugin_hint, reading_context
 from pytest_msched._syrupy_internals import (
     TEXT_WRITE_MODE,
     collected_items_by_nodeid,
@@ -71,6 +71,10 @@ class ScheduledGraphExtension(SingleFileSnapshotExtension):
     _write_mode = TEXT_WRITE_MODE
 
     def serialize(self, data: Any, **kwargs: Any) -> str:
+        with plugin_hint():
+            return self._text_of(data)
+
+    def _text_of(self, data: Any) -> str:
         # msched (and torch) are imported when a test snapshots, not with the plugin: an
         # xdist controller loads this module to read its workers' reports, and runs no test.
         from torch.fx import GraphModule

@@ -2,8 +2,9 @@
 
 It uses what users use: the marker, the fixtures, the helpers, a snapshot, and imports from
 every subpackage, so a wheel that lacks a subpackage, a data file or the plugin's entry point
-fails here.  `.ci/run` runs it twice: ``--snapshot-update`` writes the snapshot, then a plain
-run must match it.
+fails here.  `.ci/run` runs it three times: ``--snapshot-update`` writes the snapshot, then a
+plain run and a run under ``-n 2`` must match it (the README's Install section promises all
+three).
 """
 
 import pytest

@@ -10,6 +10,8 @@ time ``comm`` (30), a ``wait_tensor`` 0.  `RooflineCostModel` estimates microsec
 shapes (``meta["val"]``, Dynamo's ``meta["example_value"]`` or ``meta["tensor_meta"]``:
 FLOPs against bytes moved, weights included for modules; a collective's bytes over a link
 bandwidth plus a latency) and falls back to the table where shapes are missing.
+`msched.analysis.cost_table.TableCostModel` prices particular nodes and ops over either, and
+`msched.analysis.measured` measures costs on the hardware (docs/costs.md).
 Any object with ``cost(node) -> float`` is a cost model; whoever calls it passes each value
 through `checked_cost`, so a cost that is not a finite, non-negative real number is an
 `msched.InvalidArgumentError` naming the node, the value and the model, not a ``ValueError``

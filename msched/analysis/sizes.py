@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch.fx import Graph, GraphModule, Interpreter, Node
 
+from msched._text import agreeing, counted
 from msched._torch_internals import (
     OpOverload,
     fake_tensor_mode,
@@ -61,8 +62,9 @@ def node_values(
     if missing and example_inputs is None:
         shown = ", ".join(n.name for n in missing[:5]) + (", ..." if len(missing) > 5 else "")
         raise InvalidArgumentError(
-            f"peak_memory needs the size of every tensor, but {len(missing)} node(s) ({shown}) "
-            "have no meta['val'], meta['example_value'] or meta['tensor_meta']: pass "
+            f"peak_memory needs the size of every tensor, but {counted(len(missing), 'node')} "
+            f"({shown}) {agreeing(len(missing), 'has', 'have')} no meta['val'], "
+            "meta['example_value'] or meta['tensor_meta']: pass "
             "example_inputs=(...) (the graph's inputs, real or fake tensors) to propagate "
             "sizes with fake tensors, or propagate them first (FakeTensorProp)"
         )

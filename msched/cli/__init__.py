@@ -1,11 +1,16 @@
-"""The ``msched`` command: ``demo``, ``schedule``, ``svg``, ``explain`` and ``diff``.
+"""The ``msched`` command: ``demo``, ``schedule``, ``svg``, ``explain``, ``diff`` and
+``example``.
 
 ``demo``, ``schedule``, ``svg`` and ``explain`` build a synthetic decoder stack
 (`msched.models.decoders.decoder_stack`), or load the user's own graph (``--graph``:
 `msched.models.loading.load_graph`), schedule it with `msched.schedule` and read the result with
 `msched.pictures` (the renderers, and `msched.pictures.explain` for ``explain``).
 ``diff`` compares two schedules, each a file (canonical text or JSON) or such a stack
-(`msched.pictures.diff`), and exits 0 when they are the same, 1 when they differ.  Wrong
+(`msched.pictures.diff`), and exits 0 when they are the same, 1 when they differ.
+``--dialect`` reads the stream ops of the user's graph (``--graph``, a ``.pt2`` side of
+``diff``), and ``--as-is`` shows a graph that is already scheduled without scheduling it;
+an `msched.UnreadStreamOpsError` raised while a command runs advises ``--dialect``
+(`msched.errors.dialect_hint`).  Wrong
 arguments, any `msched.MschedError` and a file that cannot be read or written print one line
 (``msched <command>: error: ...``) to stderr and exit with status 2; a graph that fails
 verification exits with status 1.  Progress goes to stderr, only when it is a terminal and
@@ -22,18 +27,25 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from torch.fx import GraphModule
+
 import msched
+from msched._text import listed
+from msched.analysis.cost import CostModel
 from msched.analysis.nodes import node_named
 from msched.cli.diff import DIFF_DESCRIPTION, cmd_diff
+from msched.cli.example import add_example_parser, cmd_example
 from msched.cli.options import (
+    CLI_DIALECT_HINT,
     Parser,
     StackOptions,
     add_stack_args,
+    dialect_option,
     given_options,
-    listed,
     stack_options,
 )
 from msched.cli.stack import Progress, Scheduled, build_stack, named_cost_model
@@ -43,8 +55,10 @@ from msched.errors import (
     MschedError,
     ScheduleVerificationError,
     UsageError,
+    dialect_hint,
     one_line,
 )
+from msched.models.decoders import DecoderStack
 from msched.models.loading import load_graph
 from msched.pictures.demo import (
     DEMO_CAPTURES,
@@ -60,6 +74,7 @@ from msched.pictures.json_doc import render_json
 from msched.pictures.svg import render_svg
 from msched.pictures.text import render_text
 from msched.pictures.trace import render_perfetto
+from msched.proof.dialects import Dialect
 from msched.proof.verifier import Report
 from msched.scheduling.pipeline import Schedule
 
@@ -92,11 +107,15 @@ def build_parser() -> Parser:
     sched = sub.add_parser(
         "schedule",
         help="schedule a decoder stack and print it in one format",
-        description="Schedule a decoder stack and write the scheduled graph in one format.",
+        description="Schedule a decoder stack or your own graph (--graph) and write the "
+        "scheduled graph in one format; with --as-is, write a graph that is already scheduled.",
     )
     add_stack_args(sched)
     sched.add_argument(
         "--format", choices=FORMATS, default="text", help="output format (default text)"
+    )
+    sched.add_argument(
+        "--as-is", action="store_true", help="print --graph as it is, without scheduling it"
     )
     sched.add_argument(
         "-o", "--output", type=Path, metavar="FILE", help="write here, not to stdout"
@@ -106,7 +125,7 @@ def build_parser() -> Parser:
         help="draw a schedule as an SVG Gantt chart",
         description="Schedule a decoder stack or your own graph (--graph) and draw it as an "
         "SVG Gantt chart; with --as-is, draw a graph that is already scheduled (read in "
-        "the dialect its stream ops are detected in).",
+        "--dialect, else in the dialect its stream ops are detected in).",
     )
     add_stack_args(svg)
     svg.add_argument(
@@ -117,9 +136,13 @@ def build_parser() -> Parser:
         "explain",
         help="why a node is on its stream and why each wait before it exists",
         description="Explain the placement of NODE: its stream, the waits before it and the "
-        "dependency (data, raw, war, waw, exit) behind each, and who waits for it.",
+        "dependency (data, raw, war, waw, exit) behind each, and who waits for it; with "
+        "--as-is, in a graph that is already scheduled (--graph, by msched or another engine).",
     )
     add_stack_args(explain)
+    explain.add_argument(
+        "--as-is", action="store_true", help="explain --graph as it is, without scheduling it"
+    )
     explain.add_argument("node", metavar="NODE", help="node name, for example capture_11")
     versions = sub.add_parser(
         "versions",
@@ -138,6 +161,8 @@ def build_parser() -> Parser:
         description=DIFF_DESCRIPTION,
         add_help=False,  # `msched diff` parses its own arguments: msched.cli.diff
     )
+    # example: copies examples/downstream out (msched.cli.example)
+    add_example_parser(sub)
     return parser
 
 
@@ -199,6 +224,56 @@ def cmd_demo(args: argparse.Namespace, stdout: TextIO) -> int:
 # schedule, explain, main
 
 
+@dataclass(frozen=True)
+class _Shown:
+    """What a command shows: a schedule (or, ``--as-is``, the user's scheduled graph), the
+    cost model that times it, the ``--dialect`` it is read in (None: detected) and the
+    stack it was built from (None for ``--graph``)."""
+
+    obj: Schedule | GraphModule
+    cost_model: CostModel
+    dialect: Dialect | None
+    stack: DecoderStack | None = None
+
+
+# What --as-is does in each command's words: (present tense, infinitive).
+_AS_IS_VERBS = {
+    "svg": ("draws", "draw"),
+    "schedule": ("prints", "print"),
+    "explain": ("explains", "explain"),
+}
+
+
+def _shown(args: argparse.Namespace) -> _Shown:
+    # Before the graph loads: the module of a dialect may register the ops of its .pt2.
+    dialect = dialect_option(args.dialect)
+    if args.as_is:
+        model = named_cost_model(args.cost)
+        return _Shown(_graph_as_is(args), model, dialect)
+    if args.graph is None and dialect is not None:
+        raise UsageError(
+            "--dialect reads the stream ops of your graph: give it with --graph (a decoder "
+            "stack is scheduled in msched's own)"
+        )
+    run = _run_for(args)
+    return _Shown(run.schedule, run.cost_model, dialect, run.stack)
+
+
+def _graph_as_is(args: argparse.Namespace) -> GraphModule:
+    """The graph of ``--graph`` for ``--as-is``: loaded, not scheduled."""
+    does, do = _AS_IS_VERBS[args.command]
+    if args.graph is None:
+        raise UsageError(f"--as-is {does} your graph as it is: give it with --graph")
+    _refuse_stack_options(args)
+    if Path(args.graph).is_file() and Path(args.graph).suffix != ".pt2":
+        raise UsageError(
+            f"--as-is cannot {do} {args.graph}: a GraphModule saved with torch.save is "
+            "traced again from its code when loaded, and that drops every stream op (their "
+            "arguments are constants); save a scheduled graph with torch.export.save (.pt2)"
+        )
+    return load_graph(args.graph, msched.trace_streams)
+
+
 def _run_for(args: argparse.Namespace) -> Scheduled:
     if args.graph is not None:
         _refuse_stack_options(args)
@@ -228,37 +303,27 @@ def _write_output(args: argparse.Namespace, text: str, stdout: TextIO) -> None:
 
 
 def cmd_schedule(args: argparse.Namespace, stdout: TextIO) -> int:
-    run = _run_for(args)
-    _write_output(args, _RENDERERS[args.format](run.schedule, run.cost_model), stdout)
+    shown = _shown(args)
+    text = _RENDERERS[args.format](shown.obj, shown.cost_model, dialect=shown.dialect)
+    _write_output(args, text, stdout)
     return 0
 
 
 def cmd_svg(args: argparse.Namespace, stdout: TextIO) -> int:
-    if args.as_is:
-        if args.graph is None:
-            raise UsageError("--as-is draws your graph as it is: give it with --graph")
-        _refuse_stack_options(args)
-        if Path(args.graph).is_file() and Path(args.graph).suffix != ".pt2":
-            raise UsageError(
-                f"--as-is cannot draw {args.graph}: a GraphModule saved with torch.save is "
-                "traced again from its code when loaded, and that drops every stream op (their "
-                "arguments are constants); save a scheduled graph with torch.export.save (.pt2)"
-            )
-        model = named_cost_model(args.cost)
-        _write_output(args, render_svg(load_graph(args.graph, msched.trace_streams), model), stdout)
-        return 0
-    run = _run_for(args)
-    _write_output(args, render_svg(run.schedule, run.cost_model), stdout)
+    shown = _shown(args)
+    _write_output(args, render_svg(shown.obj, shown.cost_model, dialect=shown.dialect), stdout)
     return 0
 
 
 def cmd_explain(args: argparse.Namespace, stdout: TextIO) -> int:
-    run = _run_for(args)
+    shown = _shown(args)
     where = "the scheduled graph"
-    if run.stack is not None:
-        where += f" (captures: {', '.join(c.name for c in run.stack.captures) or 'none'})"
-    node = node_named(run.schedule.gm, args.node, where)
-    stdout.write("\n".join(explain_lines(run.schedule, node, run.cost_model)) + "\n")
+    if shown.stack is not None:
+        where += f" (captures: {', '.join(c.name for c in shown.stack.captures) or 'none'})"
+    gm = shown.obj.gm if isinstance(shown.obj, Schedule) else shown.obj
+    node = node_named(gm, args.node, where)
+    lines = explain_lines(shown.obj, node, shown.cost_model, dialect=shown.dialect)
+    stdout.write("\n".join(lines) + "\n")
     return 0
 
 
@@ -274,6 +339,7 @@ _COMMANDS = {
     "explain": cmd_explain,
     "svg": cmd_svg,
     "versions": cmd_versions,
+    "example": cmd_example,
 }
 
 
@@ -292,7 +358,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(command: str, body: Callable[[], int]) -> int:
     sub_prog = f"msched {command}"
     try:
-        return body()
+        with dialect_hint(CLI_DIALECT_HINT):  # an UnreadStreamOpsError names --dialect
+            return body()
     except (UsageError, InvalidArgumentError) as exc:
         sys.stderr.write(f"{sub_prog}: error: {one_line(exc)}\n")
         return 2

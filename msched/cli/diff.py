@@ -1,7 +1,9 @@
 """``msched diff``: its arguments, split into two sides, each read as a schedule.
 
-Each side is a file (canonical text or JSON, `msched.pictures.text.parse_schedule`) or a decoder
-stack given by stack options (`msched.cli.options`), built and scheduled (`msched.cli.stack`);
+Each side is a file (canonical text or JSON, `msched.pictures.text.parse_schedule`; or a
+scheduled graph saved with ``torch.export.save``, ``.pt2``, read as it is in ``--dialect``) or
+a decoder stack given by stack options (`msched.cli.options`), built and scheduled
+(`msched.cli.stack`);
 "vs" separates two sides that are not two files (`DIFF_EPILOG`).  What changed between them is
 `msched.pictures.diff.schedule_diff`.  ``msched diff`` parses its own arguments (`msched.cli.main`
 hands it the rest of the command line), so that stack options can appear on both sides.
@@ -21,6 +23,8 @@ from msched.cli.options import (
     DEFAULT_STACK,
     Parser,
     StackOptions,
+    add_dialect_arg,
+    dialect_option,
     given_options,
     layer_count,
     layer_list,
@@ -29,7 +33,9 @@ from msched.cli.options import (
     stream_count,
 )
 from msched.cli.stack import build_stack
+from msched.compile.tracing import trace_streams
 from msched.errors import UsageError
+from msched.models.loading import load_graph
 from msched.pictures.diff import schedule_diff
 from msched.pictures.parsed import ParsedSchedule
 from msched.pictures.text import parse_schedule, parsed
@@ -39,7 +45,9 @@ DIFF_DESCRIPTION = (
     "added (+), removed (-) or moved to another stream (~), the waits and records around "
     "them, waits and records added or removed, then the counts and makespan before -> after. "
     "Each side is a file (a snapshot or `msched schedule --format text` output, or "
-    "`--format json` output) or a decoder stack given by the options of `msched schedule`. "
+    "`--format json` output, or a scheduled graph saved with torch.export.save, .pt2, read "
+    "in --dialect or the dialect detected from its stream ops) or a decoder stack given by "
+    "the options of `msched schedule`. "
     "Exit status: 0 same schedule, 1 different, 2 bad input."
 )
 DIFF_EPILOG = """\
@@ -51,6 +59,10 @@ forms:
                                                  two stacks: after "vs", the options that
                                                  differ (the rest is taken from the left)
   msched diff A.txt vs --captures 0,1,5,11       "vs" also separates a file from a stack
+  msched diff A.pt2 B.pt2 --dialect myeng.streams:DIALECT
+                                                 two scheduled graphs of an engine
+  msched diff A.pt2 --dialect trtllm vs B.pt2 --dialect myeng.streams:DIALECT
+                                                 each read in its own dialect
 """
 
 
@@ -81,15 +93,22 @@ def _diff_parser() -> Parser:
         "--streams", type=stream_count, metavar="S", help=f"streams (default {default.streams})"
     )
     p.add_argument("--cost", choices=COST_MODELS, help=f"cost model (default {default.cost})")
+    add_dialect_arg(p, "a .pt2 graph")
     return p
 
 
 @dataclass(frozen=True)
 class _DiffSide:
-    """One side of ``msched diff``: a file, or a stack."""
+    """One side of ``msched diff``: a file, or a stack; ``dialect`` is the ``--dialect``
+    text that reads it when it is a scheduled graph (``.pt2``)."""
 
     file: Path | None
     stack: StackOptions | None
+    dialect: str | None = None
+
+    @property
+    def graph(self) -> bool:
+        return self.file is not None and self.file.suffix == ".pt2"
 
 
 def _diff_sides(argv: Sequence[str]) -> tuple[_DiffSide, _DiffSide]:
@@ -101,13 +120,16 @@ def _diff_sides(argv: Sequence[str]) -> tuple[_DiffSide, _DiffSide]:
     if "vs" in argv:
         k = argv.index("vs")
         left = _one_side(parser.parse_args(argv[:k]), None, "before 'vs'")
-        return left, _one_side(parser.parse_args(argv[k + 1 :]), left.stack, "after 'vs'")
+        right = _one_side(parser.parse_args(argv[k + 1 :]), left, "after 'vs'")
+        return _checked_dialects(left, right)
     args = parser.parse_args(argv)
-    options = given_options(args)
+    options, dialect = given_options(args), args.dialect
     if len(args.files) == 2 and not options:
-        return _DiffSide(Path(args.files[0]), None), _DiffSide(Path(args.files[1]), None)
+        a, b = (_DiffSide(Path(f), None, dialect) for f in args.files)
+        return _checked_dialects(a, b)
     if len(args.files) == 1 and options:
-        return _DiffSide(Path(args.files[0]), None), _DiffSide(None, stack_options(options))
+        a = _DiffSide(Path(args.files[0]), None, dialect)
+        return _checked_dialects(a, _DiffSide(None, stack_options(options), dialect))
     if len(args.files) > 2 or (len(args.files) == 2 and options):
         raise UsageError("give two schedules: two files, a file and stack options, or 'vs'")
     raise UsageError(
@@ -116,16 +138,35 @@ def _diff_sides(argv: Sequence[str]) -> tuple[_DiffSide, _DiffSide]:
     )
 
 
-def _one_side(args: argparse.Namespace, base: StackOptions | None, where: str) -> _DiffSide:
+def _one_side(args: argparse.Namespace, left: _DiffSide | None, where: str) -> _DiffSide:
+    """One side of ``vs``; the side after it takes the stack options and the ``--dialect``
+    it does not give from ``left``."""
     options = given_options(args)
     if len(args.files) > 1 or (args.files and options):
         raise UsageError(f"{where}: give one file or stack options, not both")
+    dialect = args.dialect if args.dialect is not None or left is None else left.dialect
     if args.files:
-        return _DiffSide(Path(args.files[0]), None)
-    return _DiffSide(None, stack_options(options, base or DEFAULT_STACK))
+        return _DiffSide(Path(args.files[0]), None, dialect)
+    base = left.stack if left is not None and left.stack is not None else DEFAULT_STACK
+    return _DiffSide(None, stack_options(options, base), dialect)
+
+
+def _checked_dialects(a: _DiffSide, b: _DiffSide) -> tuple[_DiffSide, _DiffSide]:
+    """``a`` and ``b``; a ``--dialect`` given where no side is a graph is a `UsageError`
+    (a schedule's text and a decoder stack have no stream ops to read)."""
+    if not (a.graph or b.graph) and (a.dialect or b.dialect) is not None:
+        raise UsageError(
+            "--dialect reads the stream ops of a scheduled graph: give one saved with "
+            "torch.export.save (.pt2) as a side"
+        )
+    return a, b
 
 
 def _read_side(side: _DiffSide) -> ParsedSchedule:
+    if side.graph:
+        assert side.file is not None
+        dialect = dialect_option(side.dialect)  # first: an engine's module registers its ops
+        return parsed(load_graph(str(side.file), trace_streams), dialect=dialect)
     if side.file is not None:
         try:
             text = side.file.read_text(encoding="utf-8")

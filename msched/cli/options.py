@@ -4,7 +4,9 @@ types, and the options of the decoder stack a command builds (`StackOptions`, ev
 
 Parsing only: building and scheduling the stack is `msched.cli.stack`.  A bad value is an
 ``argparse`` error (one line, exit status 2); a capture layer beyond the stack or given twice
-is a `msched.UsageError` (`stack_options`).
+is a `msched.UsageError` (`stack_options`), as is a ``--dialect`` that names no dialect
+(`dialect_option`, read as the plugin reads its ``msched_dialect`` option:
+`msched.proof.dialect_names`).
 """
 
 from __future__ import annotations
@@ -14,9 +16,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, NoReturn
 
-from msched.errors import InvalidArgumentError, UsageError
+from msched._text import agreeing, listed
+from msched.errors import InvalidArgumentError, UsageError, one_line
 from msched.limits import MAX_STREAMS, check_num_streams, positive_int
 from msched.models.decoders import capture_layer_problems
+from msched.models.loading import cwd_importable
+from msched.proof.dialect_names import DIALECT_TEXT_HELP, dialect_from_text
+from msched.proof.dialects import Dialect
 
 
 @dataclass(frozen=True)
@@ -85,19 +91,14 @@ def layer_list(text: str) -> tuple[int, ...]:
     return layers
 
 
-def listed(numbers: Sequence[int]) -> str:
-    """``1, 5 and 11``."""
-    *head, last = map(str, numbers)
-    return f"{', '.join(head)} and {last}" if head else last
-
-
 def layer_text(layers: Sequence[int]) -> str:
     """``1,5,11``: layers as ``--captures`` takes them."""
     return ",".join(map(str, layers))
 
 
 def add_stack_args(p: argparse.ArgumentParser) -> None:
-    """The stack options of ``schedule``, ``svg`` and ``explain``, and ``--graph``."""
+    """The stack options of ``schedule``, ``svg`` and ``explain``, ``--graph`` and the
+    ``--dialect`` of its stream ops."""
     p.add_argument(
         "--graph",
         metavar="SPEC",
@@ -130,6 +131,39 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_STACK.cost,
         help="cost model: op table (default) or roofline estimate from shapes",
     )
+    add_dialect_arg(p, "--graph")
+
+
+DIALECT_METAVAR = "NAME|module:attr"
+CLI_DIALECT_HINT = (
+    f"pass --dialect {DIALECT_METAVAR} (a dialect name such as trtllm, or an op namespace "
+    "with msched's four-op shape; or module:attr naming a msched.Dialect in your module)"
+)
+"""How `msched.UnreadStreamOpsError` says to give the dialect in a ``msched`` command."""
+
+
+def add_dialect_arg(p: argparse.ArgumentParser, reads: str) -> None:
+    """``--dialect``: the dialect of the stream ops of the graph that ``reads`` names."""
+    p.add_argument(
+        "--dialect",
+        metavar=DIALECT_METAVAR,
+        help=f"the dialect of the stream ops of {reads}: {DIALECT_TEXT_HELP} "
+        "(default: detected from its ops)",
+    )
+
+
+def dialect_option(text: str | None) -> Dialect | None:
+    """The `msched.Dialect` ``--dialect TEXT`` names (None when not given); a name that is
+    no dialect, a module that does not import, a missing attribute or one that is no Dialect
+    is a `UsageError` naming the option and saying what it takes.  The current directory is
+    importable, as for ``--graph``."""
+    if text is None:
+        return None
+    cwd_importable()
+    try:
+        return dialect_from_text(text)
+    except InvalidArgumentError as error:
+        raise UsageError(f"--dialect {text}: {one_line(error)}; give {DIALECT_TEXT_HELP}") from None
 
 
 def given_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -143,9 +177,9 @@ def stack_options(given: dict[str, Any], base: StackOptions = DEFAULT_STACK) -> 
     stack = replace(base, **given)
     beyond, repeated = capture_layer_problems(stack.layers, stack.captures)
     if beyond:
-        layers = "layers" if len(beyond) > 1 else "layer"
+        layers = agreeing(len(beyond), "layer", "layers")
         raise UsageError(
-            f"capture {layers} {listed(beyond)} {'are' if len(beyond) > 1 else 'is'} beyond "
+            f"capture {layers} {listed(beyond)} {agreeing(len(beyond), 'is', 'are')} beyond "
             f"the stack: layers are 0..{stack.layers - 1}"
         )
     if repeated:

@@ -22,7 +22,7 @@ from torch.fx import GraphModule
 
 from msched.errors import UsageError, one_line
 
-__all__ = ["GRAPH_SPEC_HELP", "load_graph"]
+__all__ = ["GRAPH_SPEC_HELP", "cwd_importable", "load_graph"]
 
 GRAPH_SPEC_HELP = (
     "give --graph as module:function (a function of no arguments returning a "
@@ -30,6 +30,13 @@ GRAPH_SPEC_HELP = (
     "with Dynamo) or as a file: a GraphModule saved with torch.save (.pt) or an "
     "ExportedProgram saved with torch.export.save (.pt2)"
 )
+
+
+def cwd_importable() -> None:
+    """Make the current directory importable, as ``python -m`` does: the user's own modules
+    (``--graph``, ``--dialect``) import."""
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
 
 
 def load_graph(spec: str, capture: Callable[..., GraphModule]) -> GraphModule:
@@ -45,8 +52,7 @@ def load_graph(spec: str, capture: Callable[..., GraphModule]) -> GraphModule:
         raise UsageError(
             f"--graph {spec}: no such file, and not module:function; {GRAPH_SPEC_HELP}"
         )
-    if "" not in sys.path and str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))  # as ``python -m`` does: your own modules import
+    cwd_importable()
     try:
         module = importlib.import_module(module_name)
     except Exception as error:

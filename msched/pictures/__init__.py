@@ -18,8 +18,10 @@
 - `demo` — the report of ``msched demo`` (its table, one layer's lanes, the captures) and
   the pictures of its ``--out``.
 
-Every picture accepts a `msched.Schedule` or a scheduled ``GraphModule`` and is deterministic:
-the same graph gives byte-identical output regardless of ``PYTHONHASHSEED`` or process.
+Every picture accepts a `msched.Schedule` or a scheduled ``GraphModule``, read in ``dialect=``
+(a `msched.Dialect` or a name; by default a Schedule's own, else detected:
+`view.picture_dialect`), and is deterministic: the same graph gives byte-identical output
+regardless of ``PYTHONHASHSEED`` or process.
 """
 
 from __future__ import annotations

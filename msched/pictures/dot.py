@@ -8,6 +8,7 @@ from msched.analysis.cost import CostModel
 from msched.analysis.dag import REASONS
 from msched.pictures.labels import counts, format_number, op_label, stream_title
 from msched.pictures.view import View, dependencies_by_name, view_of
+from msched.proof.dialects import Dialect
 from msched.scheduling.pipeline import Schedule
 
 __all__ = ["STREAM_COLOURS", "render_dot", "stream_colour"]
@@ -43,7 +44,11 @@ def _dot_quote(text: str) -> str:
 
 
 def render_dot(
-    obj: Schedule | GraphModule, cost_model: CostModel | None = None, weights: bool = False
+    obj: Schedule | GraphModule,
+    cost_model: CostModel | None = None,
+    weights: bool = False,
+    *,
+    dialect: Dialect | str | None = None,
 ) -> str:
     """Graphviz DOT of the scheduled graph: one cluster per stream, edges with their reasons.
 
@@ -53,9 +58,11 @@ def render_dot(
     and styled by the strongest.  Stream ops are not drawn (they are what the edges between
     clusters become).
     ``get_attr`` nodes (weights) are left out unless ``weights``.
+    ``dialect`` is the dialect of the graph's stream ops (a `msched.Dialect` or a name, as
+    `msched.verify` takes it; None: a Schedule's own, else detected from the graph's ops).
     """
-    v = view_of(obj, cost_model)
-    deps = dependencies_by_name(obj)
+    v = view_of(obj, cost_model, dialect)
+    deps = dependencies_by_name(obj, dialect)
     shown = [s.node for s in v.program.compute_steps if weights or s.node.op != "get_attr"]
     names = {n.name for n in shown}
     lines = [

@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from torch.fx import Node
+from torch.fx import GraphModule, Node
 
 from msched.analysis.collectives import collective_of, waited, waits_of
 from msched.analysis.cost import CostModel
 from msched.analysis.dag import REASONS
+from msched.analysis.nodes import node_named
 from msched.pictures.labels import format_number
 from msched.pictures.text import memory_text, node_text, step_text, switch_text
 from msched.pictures.view import (
@@ -26,10 +27,11 @@ from msched.pictures.view import (
     joining_wait,
     view_of,
 )
+from msched.proof.dialects import Dialect
 from msched.proof.memory import format_bytes
 from msched.proof.program import Step
 from msched.scheduling import assign
-from msched.scheduling.pipeline import Schedule
+from msched.scheduling.pipeline import Schedule, read_schedule
 
 __all__ = ["explain_lines", "placement_text"]
 
@@ -56,12 +58,29 @@ def _reasons(reasons: set[str]) -> str:
     return ",".join(r for r in _REASON_ORDER if r in reasons)
 
 
-def explain_lines(sched: Schedule, node: Node, cost_model: CostModel | None = None) -> list[str]:
-    """The text of ``msched explain`` for ``node`` of ``sched``: placement, dependencies,
-    waits, dependents; for a stream op, what it does and which node it is issued for."""
-    v = view_of(sched, cost_model)
+def explain_lines(
+    sched: Schedule | GraphModule,
+    node: Node | str,
+    cost_model: CostModel | None = None,
+    *,
+    dialect: Dialect | str | None = None,
+) -> list[str]:
+    """The text of ``msched explain`` for ``node`` (or the node of that name) of ``sched``:
+    placement, dependencies, waits, dependents; for a stream op, what it does and which node
+    it is issued for.
+
+    ``sched`` is a `Schedule`, or a ``GraphModule`` another pass scheduled (read back with
+    `msched.read_schedule`: its placement is that pass's own).  ``dialect`` is the dialect of
+    the graph's stream ops (a `msched.Dialect` or a name, as `msched.verify` takes it; None:
+    a Schedule's own, else detected from the graph's ops).
+    """
+    if isinstance(sched, GraphModule):
+        sched = read_schedule(sched, dialect=dialect, cost_model=cost_model)
+    if isinstance(node, str):
+        node = node_named(sched.gm, node, "the scheduled graph")
+    v = view_of(sched, cost_model, dialect)
     nodes = {n.name: n for n in sched.gm.graph.nodes}
-    e = _Explained(v, sched, dependencies_by_name(sched), nodes)
+    e = _Explained(v, sched, dependencies_by_name(sched, dialect), nodes)
     if v.program.steps[host_index(v, node)].kind != "compute":
         return _stream_op_lines(e, node)
     s, name = e.stream(node), node.name

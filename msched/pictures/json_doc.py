@@ -16,9 +16,11 @@ from torch.fx import GraphModule
 from msched.analysis.cost import CostModel
 from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidArgumentError
-from msched.pictures.labels import format_number, json_number, op_label
+from msched.pictures.labels import format_number, json_number, op_label, peaks_text
 from msched.pictures.parsed import ParsedSchedule, ProgramBuilder
 from msched.pictures.view import EventUse, View, view_of
+from msched.proof.dialects import Dialect
+from msched.proof.memory import MemoryReport
 from msched.proof.program import Step
 from msched.proof.summary import Summary
 from msched.scheduling.pipeline import Schedule
@@ -30,7 +32,10 @@ FORMAT = "msched-schedule/1"
 
 
 def schedule_data(
-    obj: Schedule | GraphModule, cost_model: CostModel | None = None
+    obj: Schedule | GraphModule,
+    cost_model: CostModel | None = None,
+    *,
+    dialect: Dialect | str | None = None,
 ) -> dict[str, Any]:
     """The schedule as plain data: the document `render_json` writes.
 
@@ -49,8 +54,10 @@ def schedule_data(
     ``events`` lists every record with its ``event`` id, its ``name``, the ``record`` site
     and its ``waits`` (each ``{node, stream, time}``); the waits of an event that come before
     any record of it are listed with ``name`` and ``record`` null.
+    ``dialect`` is the dialect of the graph's stream ops (a `msched.Dialect` or a name, as
+    `msched.verify` takes it; None: a Schedule's own, else detected from the graph's ops).
     """
-    v = view_of(obj, cost_model)
+    v = view_of(obj, cost_model, dialect)
     return {
         "format": FORMAT,
         "streams": v.num_streams,
@@ -58,9 +65,32 @@ def schedule_data(
         "num_waits": v.num_waits,
         "makespan": json_number(v.makespan),
         "lower_bound": json_number(v.lower_bound),
+        "memory": None if v.memory is None else _memory_data(v.memory),
         "nodes": [_node_data(v, step) for step in v.program.steps],
         "events": [_event_data(v, use) for use in v.events],
     }
+
+
+def _memory_data(m: MemoryReport) -> dict[str, Any]:
+    """A `MemoryReport`'s figures in bytes; stream pools keyed by the stream's number as text
+    (JSON keys are strings), in stream order."""
+    return {
+        "allocated": m.allocated,
+        "reserved": m.reserved,
+        "reserved_bound": m.reserved_bound,
+        "baseline": m.baseline,
+        "per_stream": {str(s): m.per_stream[s] for s in sorted(m.per_stream)},
+        "per_stream_bound": {str(s): m.per_stream_bound[s] for s in sorted(m.per_stream_bound)},
+    }
+
+
+def _memory_line(doc: dict[str, Any]) -> str | None:
+    """The text header's memory line of a document's ``memory`` (None: it has none, as a
+    document written before the field existed)."""
+    memory = doc.get("memory")
+    if memory is None:
+        return None
+    return peaks_text(*(int(memory[key]) for key in ("allocated", "reserved", "reserved_bound")))
 
 
 def _node_data(v: View, step: Step) -> dict[str, Any]:
@@ -111,12 +141,18 @@ def _event_data(v: View, use: EventUse) -> dict[str, Any]:
     }
 
 
-def render_json(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> str:
+def render_json(
+    obj: Schedule | GraphModule,
+    cost_model: CostModel | None = None,
+    *,
+    dialect: Dialect | str | None = None,
+) -> str:
     """`schedule_data` as JSON text: two-space indent, fixed key order, trailing newline.
 
-    Byte-identical for the same graph across runs, processes and hash seeds.
+    Byte-identical for the same graph across runs, processes and hash seeds.  ``dialect``
+    as `schedule_data` takes it.
     """
-    return json.dumps(schedule_data(obj, cost_model), indent=2) + "\n"
+    return json.dumps(schedule_data(obj, cost_model, dialect=dialect), indent=2) + "\n"
 
 
 def read_json(doc: Any, where: str = "the schedule") -> ParsedSchedule:
@@ -140,9 +176,10 @@ def read_json(doc: Any, where: str = "the schedule") -> ParsedSchedule:
                 b.text[b.steps[-1].node] = None
             _json_node(b, item, f"{where}, nodes[{k}]")
             previous = item
+        memory = _memory_line(doc)
     except (KeyError, TypeError, ValueError) as error:
         raise InvalidArgumentError(f"{where}: malformed schedule JSON ({error!r})") from None
-    return b.finish(head, where)
+    return b.finish(head, where, memory)
 
 
 def _waits_in_switch(previous: dict[str, Any], item: dict[str, Any]) -> bool:

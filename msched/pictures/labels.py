@@ -18,6 +18,7 @@ from torch.fx import Node
 from msched._torch_internals import OpOverload, OpOverloadPacket
 from msched.analysis.nodes import INPUT_OPS
 from msched.pictures.view import View
+from msched.proof.memory import format_bytes
 
 __all__ = [
     "counts",
@@ -94,3 +95,12 @@ def counts(v: View) -> str:
         return f"{count} {what}" + ("" if count == 1 else "s")
 
     return f"{n(v.num_streams, 'stream')}, {n(v.num_events, 'event')}, {n(v.num_waits, 'wait')}"
+
+
+def peaks_text(allocated: int, reserved: int, bound: int) -> str:
+    """Three memory peaks in bytes as the text header's memory line shows them (after
+    ``# memory ``): ``allocated 3.5 KiB, reserved 4 MiB, bound 4 MiB``."""
+    return (
+        f"allocated {format_bytes(allocated)}, reserved {format_bytes(reserved)}, "
+        f"bound {format_bytes(bound)}"
+    )

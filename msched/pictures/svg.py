@@ -20,6 +20,7 @@ from msched.pictures.view import (
     stream_joins,
     view_of,
 )
+from msched.proof.dialects import Dialect
 from msched.proof.memory import format_bytes
 from msched.proof.program import Step
 from msched.scheduling.pipeline import Schedule
@@ -390,6 +391,8 @@ def render_svg(
     cost_model: CostModel | None = None,
     scale: float | None = None,
     highlight: Iterable[Iterable[str]] = (),
+    *,
+    dialect: Dialect | str | None = None,
 ) -> str:
     """A self-contained SVG Gantt chart of the timeline: one lane per stream.
 
@@ -412,8 +415,10 @@ def render_svg(
     `msched.Violation` of a report: each node of a group gets a red outline
     (``class="violation"``) and a dashed red line (``class="violationlink"``) joins the
     group's first node to each other one; names not in the graph are left out.
+    ``dialect`` is the dialect of the graph's stream ops (a `msched.Dialect` or a name, as
+    `msched.verify` takes it; None: a Schedule's own, else detected from the graph's ops).
     """
-    v = view_of(obj, cost_model)
+    v = view_of(obj, cost_model, dialect)
     joins = stream_joins(v)
     band = v.memory is not None
     f = _frame(v, scale, 2 if joins else 1, band)

@@ -19,11 +19,12 @@ from torch.fx import GraphModule, Node
 from msched.analysis.cost import CostModel
 from msched.errors import InvalidArgumentError
 from msched.pictures.json_doc import read_json
-from msched.pictures.labels import ADDRESS, format_number, is_kernel, target_name
+from msched.pictures.labels import ADDRESS, format_number, is_kernel, peaks_text, target_name
 from msched.pictures.naming import EventNames, event_names_of_graph
 from msched.pictures.parsed import ParsedSchedule, ProgramBuilder
 from msched.pictures.view import View, view_of
-from msched.proof.memory import MemoryReport, format_bytes
+from msched.proof.dialects import Dialect
+from msched.proof.memory import MemoryReport
 from msched.proof.program import Step
 from msched.proof.summary import Summary
 from msched.scheduling.pipeline import Schedule
@@ -165,10 +166,7 @@ MEMORY_PREFIX = "# memory "
 def memory_text(m: MemoryReport) -> str:
     """The three peaks of a `MemoryReport` as the header's memory line shows them (after
     ``# memory ``): ``allocated 3.5 KiB, reserved 4 MiB, bound 4 MiB``."""
-    return (
-        f"allocated {format_bytes(m.allocated)}, reserved {format_bytes(m.reserved)}, "
-        f"bound {format_bytes(m.reserved_bound)}"
-    )
+    return peaks_text(m.allocated, m.reserved, m.reserved_bound)
 
 
 def header_lines(v: View) -> list[str]:
@@ -213,13 +211,20 @@ def lane_lines(v: View, steps: Iterable[Step] | None = None) -> list[str]:
     return lines
 
 
-def render_text(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> str:
+def render_text(
+    obj: Schedule | GraphModule,
+    cost_model: CostModel | None = None,
+    *,
+    dialect: Dialect | str | None = None,
+) -> str:
     """The canonical text of a scheduled graph, for snapshots reviewed in CI
     (``docs/text-format.md``): the header (`header_lines`), then one line per node in emission
     (host) order (`lane_lines`).  It ends with a newline and is identical across runs,
     processes and hash seeds.
+    ``dialect`` is the dialect of the graph's stream ops (a `msched.Dialect` or a name, as
+    `msched.verify` takes it; None: a Schedule's own, else detected from the graph's ops).
     """
-    v = view_of(obj, cost_model)
+    v = view_of(obj, cost_model, dialect)
     return "\n".join(header_lines(v) + lane_lines(v)) + "\n"
 
 
@@ -440,6 +445,12 @@ def parse_schedule(text: str, where: str = "the schedule") -> ParsedSchedule:
     return read_text(text, where)
 
 
-def parsed(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> ParsedSchedule:
-    """A `msched.Schedule` or scheduled ``GraphModule`` read through its canonical text."""
-    return read_text(render_text(obj, cost_model), "the schedule")
+def parsed(
+    obj: Schedule | GraphModule,
+    cost_model: CostModel | None = None,
+    *,
+    dialect: Dialect | str | None = None,
+) -> ParsedSchedule:
+    """A `msched.Schedule` or scheduled ``GraphModule`` read through its canonical text (its
+    stream ops in ``dialect``, as `render_text` reads them)."""
+    return read_text(render_text(obj, cost_model, dialect=dialect), "the schedule")

@@ -11,6 +11,7 @@ from msched.analysis.cost import CostModel, op_category
 from msched.analysis.nodes import INPUT_OPS
 from msched.pictures.labels import format_number, json_number, op_label, stream_title
 from msched.pictures.view import View, communications, view_of
+from msched.proof.dialects import Dialect
 from msched.proof.program import Step
 from msched.scheduling.pipeline import Schedule
 
@@ -155,9 +156,14 @@ def _memory_counters(v: View) -> list[dict[str, Any]]:
     return events
 
 
-def trace_data(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> dict[str, Any]:
+def trace_data(
+    obj: Schedule | GraphModule,
+    cost_model: CostModel | None = None,
+    *,
+    dialect: Dialect | str | None = None,
+) -> dict[str, Any]:
     """The Chrome trace-event document `render_perfetto` writes (see there)."""
-    v = view_of(obj, cost_model)
+    v = view_of(obj, cost_model, dialect)
     # A stable sort by time keeps each flow event right after the marker it binds to.
     events = _trace_body(v) + _comm_events(v) + _memory_counters(v)
     body = sorted(events, key=lambda e: e["ts"])
@@ -189,7 +195,12 @@ def _memory_data(v: View) -> dict[str, int]:
     }
 
 
-def render_perfetto(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> str:
+def render_perfetto(
+    obj: Schedule | GraphModule,
+    cost_model: CostModel | None = None,
+    *,
+    dialect: Dialect | str | None = None,
+) -> str:
     """Chrome / Perfetto trace-event JSON of the timeline (open it at ui.perfetto.dev).
 
     One track (``tid``) per stream, named by ``thread_name`` metadata and sorted by stream.
@@ -203,5 +214,7 @@ def render_perfetto(obj: Schedule | GraphModule, cost_model: CostModel | None = 
     track per stream pool (``ph: "C"``, ``memory sK pool``) shows the segments that stream's
     pool of the CUDA caching allocator holds (`msched.peak_memory`), and ``otherData`` the
     peaks.  Deterministic bytes.
+    ``dialect`` is the dialect of the graph's stream ops (a `msched.Dialect` or a name, as
+    `msched.verify` takes it; None: a Schedule's own, else detected from the graph's ops).
     """
-    return json.dumps(trace_data(obj, cost_model), indent=1) + "\n"
+    return json.dumps(trace_data(obj, cost_model, dialect=dialect), indent=1) + "\n"

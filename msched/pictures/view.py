@@ -7,7 +7,10 @@ stream: the pictures interpret no record or wait themselves), and times every no
 come from the Schedule's assignment when its streams issue their nodes in order of those
 times (always for a graph `msched.schedule` rewrote and nobody edited since), and otherwise
 from the timeline simulator (`msched.simulate`) under ``cost_model`` (default: the table
-model).  A stream op happens when its stream reaches it.
+model).  A stream op happens when its stream reaches it.  The graph is read in the dialect
+the picture is given (``dialect=``, a `msched.Dialect` or a name), else in a Schedule's own,
+else in the one detected from its ops (`picture_dialect`): the detection and the errors are
+`msched.proof.interpreter.interpret`'s, as for `msched.verify`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidArgumentError
 from msched.pictures.naming import EventNames, event_names
 from msched.proof.clocks import Clocks, clocks_of
-from msched.proof.dialects import Dialect
+from msched.proof.dialects import Dialect, as_dialect
 from msched.proof.interpreter import interpret
 from msched.proof.memory import MemoryReport, sized_memory
 from msched.proof.program import Step, StreamProgram
@@ -43,6 +46,7 @@ __all__ = [
     "exit_waits",
     "host_index",
     "joining_wait",
+    "picture_dialect",
     "stream_joins",
     "view_of",
 ]
@@ -94,17 +98,32 @@ class View(Summarized[float]):
         return sized_memory(self.gm, dialect=self.dialect)
 
 
-def view_of(obj: Schedule | GraphModule, cost_model: CostModel | None = None) -> View:
-    """Read ``obj`` (a `Schedule` or a scheduled ``GraphModule``) for a picture."""
+def picture_dialect(obj: Schedule | GraphModule, dialect: Dialect | str | None) -> Dialect | None:
+    """The dialect a picture reads ``obj`` in: ``dialect`` when given (a `Dialect` or a name,
+    as `msched.verify` takes it: `msched.proof.dialects.as_dialect`), else a Schedule's own,
+    else None: detected from the graph's ops (`Dialect.detect`), as everywhere."""
+    if dialect is not None:
+        return as_dialect(dialect)
+    return obj.dialect if isinstance(obj, Schedule) else None
+
+
+def view_of(
+    obj: Schedule | GraphModule,
+    cost_model: CostModel | None = None,
+    dialect: Dialect | str | None = None,
+) -> View:
+    """Read ``obj`` (a `Schedule` or a scheduled ``GraphModule``) for a picture, in
+    ``dialect`` (`picture_dialect`)."""
     if isinstance(obj, Schedule):
-        gm, dialect, summary, a = obj.gm, obj.dialect, obj.summary, obj.assignment
+        gm, summary, a = obj.gm, obj.summary, obj.assignment
     elif isinstance(obj, GraphModule):
-        gm, dialect, summary, a = obj, None, None, None
+        gm, summary, a = obj, None, None
     else:
         raise InvalidArgumentError(
             f"can only render a msched.Schedule or a scheduled torch.fx.GraphModule, "
             f"got {type(obj).__name__}"
         )
+    dialect = picture_dialect(obj, dialect)
     program = interpret(gm, dialect)
     clocks = clocks_of(program)
     if a is not None and summary is not None and _follows_host_order(program, a.start):
@@ -327,18 +346,22 @@ def communications(v: View) -> tuple[Communication, ...]:
     return tuple(found)
 
 
-def dependencies_by_name(obj: Schedule | GraphModule) -> dict[str, dict[str, set[str]]]:
+def dependencies_by_name(
+    obj: Schedule | GraphModule, dialect: Dialect | str | None = None
+) -> dict[str, dict[str, set[str]]]:
     """``{node name: {dependency name: reasons}}`` of the graph that was scheduled.
 
     For a `Schedule` the Dag of ``Schedule.original`` (the input program order defines the
     hazards); for a bare module, or a Schedule read back without its original
-    (`msched.read_schedule`), the Dag of its compute nodes in scheduled host order.
+    (`msched.read_schedule`), the Dag of its compute nodes in scheduled host order, read in
+    ``dialect`` (`picture_dialect`).
     """
     if isinstance(obj, Schedule):
         original = _original_graph(obj)
-        graph = original if original is not None else _without_stream_ops(obj.gm, obj.dialect)
+        read = picture_dialect(obj, dialect)
+        graph = original if original is not None else _without_stream_ops(obj.gm, read)
     elif isinstance(obj, GraphModule):
-        graph = _without_stream_ops(obj)
+        graph = _without_stream_ops(obj, picture_dialect(obj, dialect))
     else:
         raise InvalidArgumentError(
             f"expected a Schedule or a GraphModule, got {type(obj).__name__}"

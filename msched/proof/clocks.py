@@ -57,6 +57,7 @@ from typing import NamedTuple
 
 from torch.fx import Node
 
+from msched._text import counted
 from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidArgumentError
 from msched.limits import check_num_streams
@@ -255,7 +256,7 @@ def clocks_of(program: StreamProgram, num_streams: int | None = None) -> Clocks:
         width = check_num_streams(num_streams)
         if width < program.num_streams:
             raise InvalidArgumentError(
-                f"num_streams must be at least the {program.num_streams} stream(s) the "
+                f"num_streams must be at least the {counted(program.num_streams, 'stream')} the "
                 f"program uses, got {width}"
             )
     return _walk(program, width)

@@ -313,7 +313,8 @@ def register(
     ``takes_options``); ``mixes``: its ops may share a graph with a four-op dialect's (read
     as one program, as TensorRT-LLM graphs mix PyTorch's ops with their own);
     ``describe_key(key, "stream" | "event")`` names one of its keys in a report (None: not
-    its key)."""
+    its key).  A module that registers a built-in dialect when it is imported must be listed
+    in `msched.proof.BUILTIN_DIALECT_MODULES`, which imports it."""
     global _OPS
     _REGISTERED[name] = _Registration(make, takes_options, mixes, describe_key, metadata)
     _OPS = None

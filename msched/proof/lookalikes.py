@@ -4,7 +4,8 @@ A graph read in the wrong dialect is worse than unreadable: its stream ops becom
 nodes that order nothing, so the graph reads as one stream without a race and `msched.verify`
 would say "ok".  `interpret` therefore asks `stream_look` about every op its dialect does not
 read, and `UnreadStreamOps` gathers the ones that look like stream ops into
-`msched.errors.UnreadStreamOpsError`, which names them and says how to give the dialect.
+`msched.errors.UnreadStreamOpsError`, which names them and says how to give the dialect (in
+the words of the tool that reads the graph: `msched.errors.dialect_hint`).
 
 An op looks like a stream op (`stream_look`) when it is a torch op outside ``aten``/``prim``
 and
@@ -38,7 +39,7 @@ from msched._torch_internals import (
     registered_op_names,
     schema_of,
 )
-from msched.errors import UnreadStreamOpsError
+from msched.errors import UnreadStreamOpsError, current_dialect_hint
 
 STRONG_WORDS = frozenset({"stream", "streams", "event", "events"})
 STRONG_NAMES = frozenset({"synchronize", "sync", "fork", "join", "barrier"})
@@ -168,18 +169,16 @@ def unread_error(graph: Graph, ops: list[str], dialect_label: str) -> UnreadStre
     nodes = tuple(n.name for op in ops for n in by_op[op])
     shown = "; ".join(f"{op} ({_listed(by_op[op])})" for op in ops)
     namespaces = sorted({op.partition("::")[0] for op in ops})
+    hint = current_dialect_hint()
     message = (
         f"the graph has ops that look like stream ops but the {dialect_label} dialect does not "
         f"read them: {shown}. Read as compute they order nothing, and any verdict on the "
-        "graph would be wrong. Give the dialect of these ops: pass dialect=... (a "
-        f"msched.Dialect: msched.Dialect.from_namespace({namespaces[0]!r}) for msched's "
-        "four-op shape, msched.Dialect.define(name, {op: reader, ...}) for any other; "
-        "docs/dialects.md); under pytest-msched configure it once for the "
-        "helpers, schedule_graph and snapshots: `msched_dialect = package.module:DIALECT` in "
-        "the ini file, --msched-dialect=..., or a msched_dialect fixture in conftest.py. An op "
+        f"graph would be wrong. Give the dialect of these ops: {hint} "
+        f"(msched.Dialect.from_namespace({namespaces[0]!r}) reads msched's four-op shape, "
+        "msched.Dialect.define(name, {op: reader, ...}) any other; docs/dialects.md). An op "
         "that is no stream op: read it as compute with a reader that returns None."
     )
-    return UnreadStreamOpsError(message, nodes=nodes, ops=tuple(ops))
+    return UnreadStreamOpsError(message, nodes=nodes, ops=tuple(ops), hint=hint)
 
 
 __all__ = ["STRONG_WORDS", "WEAK_WORDS", "UnreadStreamOps", "stream_look", "unread_error"]

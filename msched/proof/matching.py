@@ -47,6 +47,7 @@ from torch.fx import Graph, Node
 
 from msched._torch_internals import OpOverload, OpOverloadPacket
 from msched.analysis.collectives import is_wait
+from msched.analysis.effects import node_info, op_info
 from msched.analysis.nodes import inputs_first
 from msched.proof.program import StreamProgram
 
@@ -203,6 +204,7 @@ class _Matcher:
                 self.canonical[node] = first_loosely.setdefault(loose, node)
                 self.loosely.setdefault(loose, deque()).append(node)
                 self.keys[node] = (key, loose)
+        self.named = {n.name: n for n in original.nodes}
         self.pair_of: dict[Node, Node] = {}  # scheduled -> original
         self.twins: dict[Node, Node] = {}
         self.unpaired: set[Node] = set()
@@ -266,14 +268,23 @@ class _Matcher:
                 self.unpaired.add(node)
 
     def _take(self, node: Node, waiting: deque[Node]) -> Node:
-        """Of the queued original nodes equal to ``node``, the first one read as it is read
-        (`_Readers`), else the first one."""
+        """Of the queued original nodes equal to ``node``, the one of its name if it is read
+        as ``node`` is (`_Readers`), else the first one read so, else the one of its name,
+        else the first one.  Every candidate computes what ``node`` computes from the same
+        values, so a name only chooses among equals: it keeps each layer's constant with its
+        own layer where the readers, two levels down, look alike in every layer.  Names
+        choose only among nodes that write nothing: equal writes pair in host order, which
+        `verify`'s orderings then check."""
         if len(waiting) > 1:
             want = self.scheduled_readers.signature(node, _DEPTH)
-            for candidate in waiting:
-                if self.original_readers.signature(candidate, _DEPTH) == want:
-                    waiting.remove(candidate)
-                    return candidate
+            named = self.named.get(node.name)
+            if named is None or named not in waiting or not _writes_nothing(named):
+                named = None
+            read_alike = [c for c in waiting if self.original_readers.signature(c, _DEPTH) == want]
+            chosen = named if named in read_alike or not read_alike else read_alike[0]
+            if chosen is not None:
+                waiting.remove(chosen)
+                return chosen
         return waiting.popleft()
 
     def _rewired(self, node: Node, key: object) -> bool:
@@ -296,6 +307,15 @@ class _Matcher:
                         queue.remove(candidate)
                 return True
         return False
+
+
+def _writes_nothing(node: Node) -> bool:
+    """Whether ``node``'s op is known to write no tensor and touch no state outside."""
+    info = op_info(node)
+    if info is None:
+        return node.op in ("placeholder", "get_attr")
+    info = node_info(node, info)
+    return not (info.writes or info.unknown or info.world or info.side_effect)
 
 
 def _agrees(scheduled: object, original: object) -> bool:

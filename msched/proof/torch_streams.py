@@ -36,6 +36,7 @@ from typing import Any
 
 from torch.fx import Graph, GraphModule, Node
 
+from msched._text import counted
 from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidArgumentError, InvalidGraphError
 from msched.proof import actions, dialects
@@ -156,7 +157,7 @@ def _getitem(node: Node) -> Sequence[Action] | None:
     if index > len(passed) or not isinstance(passed[index - 1], Node):
         raise InvalidGraphError(
             f"{node.name!r} takes item {index} of {source.name!r}, which passes through "
-            f"{len(passed)} value(s)",
+            f"{counted(len(passed), 'value')}",
             nodes=(node.name, source.name),
         )
     value = passed[index - 1]

@@ -49,6 +49,7 @@ from functools import cache, partial
 
 from torch.fx import Graph, GraphModule, Node
 
+from msched._text import counted
 from msched._torch_internals import node_inputs
 from msched.analysis._graphcheck import check_acyclic
 from msched.analysis.collectives import collectives_in
@@ -142,10 +143,10 @@ class Report:
             raise ScheduleVerificationError(str(self), report=self)
 
     def __str__(self) -> str:
-        where = f"{self.num_nodes} nodes on {self.num_streams} stream(s)"
+        where = f"{counted(self.num_nodes, 'node')} on {counted(self.num_streams, 'stream')}"
         if self.ok:
             return f"schedule verified: no violation ({where})"
-        lines = [f"schedule has {len(self.violations)} violation(s) ({where}):"]
+        lines = [f"schedule has {counted(len(self.violations), 'violation')} ({where}):"]
         lines += [f"  {v}" for v in self.violations]
         if self.legend:
             lines.append(f"  where {'; '.join(self.legend)}")
@@ -329,7 +330,7 @@ def _check_stream_ids(program: StreamProgram, num_streams: int | None, found: _F
                 "bad-stream",
                 [step.node.name],
                 f"`{step.node.name}` names stream {step.to_stream}, but the schedule has "
-                f"{num_streams} stream(s) (0..{num_streams - 1}): use a stream in range",
+                f"{counted(num_streams, 'stream')} (0..{num_streams - 1}): use a stream in range",
                 streams=(step.to_stream,),
             )
 

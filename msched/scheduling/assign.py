@@ -28,7 +28,7 @@ from msched.analysis.cost import CostModel
 from msched.analysis.dag import Dag
 from msched.analysis.nodes import INPUT_OPS
 from msched.errors import InvalidArgumentError
-from msched.scheduling.levels import bottom_levels, top_levels
+from msched.scheduling.levels import bottom_levels, issue_levels, top_levels
 
 # The rules of `Placement.rule`, in the order `assign_streams` tries them (see step 3 there).
 INPUT = "input"  # a graph input or weight: ready at 0 on stream 0
@@ -51,9 +51,10 @@ class Placement(NamedTuple):
     such a tie.  ``ready`` is the earliest start (the producer's finish).  ``priority`` is the
     key of the pass that made the schedule: ready nodes were placed by highest priority first,
     ties by index in the input graph.  It is the node's critical path to the exit (its bottom
-    level) in the first pass, and its finish in a list schedule of the reversed Dag in the
-    others (`PASSES`).  ``inserted`` says whether the node went
-    into an idle gap before work already placed on its stream (HEFT-style insertion).
+    level) in the first pass, its issue level in the issue-level pass, and its finish in a
+    list schedule of the reversed Dag in the others (`PASSES`).  ``inserted`` says whether
+    the node went into an idle gap before work already placed on its stream (HEFT-style
+    insertion).
     """
 
     rule: str
@@ -170,8 +171,10 @@ def _latency_costs(cost: dict[Node, float], comm: Communication | None) -> dict[
     return cost if comm is None else {**cost, **comm.time}
 
 
+#: The pass of `assign_streams` by issue level (`msched.scheduling.levels.issue_levels`).
+ISSUE_LEVEL = "issue level"
 #: The priorities of the passes of `assign_streams` after the first, in the order tried.
-PASSES = ("reversed top level", "reversed first-pass finish")
+PASSES = (ISSUE_LEVEL, "reversed top level", "reversed first-pass finish")
 
 
 def assign_streams(
@@ -190,12 +193,15 @@ def assign_streams(
        that dependency when it has an idle gap at the earliest start, else the lowest stream
        with one, else the stream whose gap opens first.
     4. Graph inputs are ready at time 0 on stream 0; ``output`` runs on stream 0 last.
-    5. Unless that schedule meets the lower bound, run steps 2-4 again with the priorities of
-       ``passes`` (`PASSES`: the finish times of a list schedule of the reversed Dag, popped
-       by top level or by the first schedule's finish times) and keep the shortest schedule
-       (the earlier pass on a tie).  Every pass places nodes by the rules of step 3, so
-       captures still go into the first gap after their producer.  ``passes=()`` runs the
-       first pass only (benchmarks compare them).
+    5. Until a schedule meets the lower bound, run steps 2-4 again with the priorities of
+       ``passes`` (`PASSES`: in a graph with collectives, their issue level, a bottom level
+       whose paths also run through the issue order and each group's channel
+       (`msched.scheduling.levels.issue_levels`), so the work that issues an early
+       collective is not put off behind independent compute; the finish times of a list
+       schedule of the reversed Dag, popped by top level or by the first schedule's finish
+       times) and keep the shortest schedule (the earlier pass on a tie).  Every pass places
+       nodes by the rules of step 3, so captures still go into the first gap after their
+       producer.  ``passes=()`` runs the first pass only (benchmarks compare them).
 
     The rule that placed each node is its `Placement` in ``reasons``.  The nodes of
     ``pinned`` that cost something run on stream 0 only (a memory budget keeps the large
@@ -215,10 +221,17 @@ def assign_streams(
     )
     first = best.finish
     latency = _latency_costs(cost, comm)
-    for name in passes if best.makespan > bound else ():
-        priority = top_levels(dag, latency) if name == PASSES[0] else first
-        backward = _reversed_finish(dag, num_streams, latency, priority)
-        candidate = _forward_pass(dag, num_streams, cost, backward, comm, pinned)
+    for name in passes:
+        if best.makespan <= bound:
+            break
+        if name == ISSUE_LEVEL:
+            if comm is None:  # the same levels as the first pass
+                continue
+            priority = issue_levels(dag, cost, comm)
+        else:
+            priority = top_levels(dag, latency) if name == PASSES[1] else first
+            priority = _reversed_finish(dag, num_streams, latency, priority)
+        candidate = _forward_pass(dag, num_streams, cost, priority, comm, pinned)
         if candidate.makespan < best.makespan:
             best = candidate
     collectives = comm.collectives if comm is not None else ()

@@ -13,7 +13,7 @@ nothing and collectives are issued in the original order; its communication is a
 of its cost on its process group's channel, starting no earlier than its issue, after the
 communication of the group's collective before it; a wait starts no earlier than the end of
 the communication it waits for.  OR-Tools is an optional dependency
-(``pip install 'pytest-msched[optimal]'``).
+(msched's ``optimal`` extra: ``pip install 'ortools>=9.8'``).
 
 Determinism: one search worker, a fixed seed, and ``time_limit`` given to the solver as its
 *deterministic* time (a count of work, about a second each on an idle core), so a call gives
@@ -45,7 +45,7 @@ from msched.scheduling.assign import Assignment, assign_streams
 
 #: Integer resolution of non-integral costs (the largest cost becomes this many units).
 RESOLUTION = 10**6
-EXTRA = "pip install 'pytest-msched[optimal]'"
+EXTRA = "pip install 'ortools>=9.8' (msched's optimal extra)"
 # Wall-clock cap, in multiples of ``time_limit``, for a machine too loaded to reach the
 # deterministic limit in reasonable time (the only case where an answer can depend on load).
 _WALL_GUARD = 4

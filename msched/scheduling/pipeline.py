@@ -201,7 +201,7 @@ def schedule(
     it in its own dialect whatever dialect a test configures for another engine.
 
     ``effort="optimal"`` also solves the schedule exactly with OR-Tools CP-SAT
-    (`msched.scheduling.exact`; ``pip install 'pytest-msched[optimal]'``) for up to
+    (`msched.scheduling.exact`; ``pip install 'ortools>=9.8'``) for up to
     ``time_limit`` seconds of deterministic solver time, and runs the solver's timetable when
     it is shorter than the list schedule (``Schedule.optimal`` says whether it is proven
     optimal), on one stream too when the graph has asynchronous collectives (their overlap

@@ -13,6 +13,7 @@ from typing import Any
 
 from torch.fx import GraphModule
 
+from msched._text import counted
 from msched.analysis.cost import CostModel
 from msched.errors import InvalidArgumentError
 from msched.proof.dialects import Dialect
@@ -35,7 +36,7 @@ def check_limit(at_most: object) -> int | float:
 
 
 def _mib(n: int) -> str:
-    return f"{n / MIB:.2f} MiB ({n} bytes)"
+    return f"{n / MIB:.2f} MiB ({counted(n, 'byte')})"
 
 
 def memory_problem(

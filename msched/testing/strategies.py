@@ -49,6 +49,7 @@ from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import Argument
 
 import msched.models.reference_ops  # noqa: F401  (registers msched::inplace_slice_copy)
+from msched._text import counted
 from msched.proof.dialects import Dialect
 from msched.proof.executor import execute, same_values
 from msched.scheduling.pipeline import Schedule
@@ -367,7 +368,7 @@ def check_schedule(
     Returns the `msched.Schedule`.  ``gm``'s module state is that of one run at the end.
     """
     given = tuple(example_inputs(gm)) if inputs is None else tuple(inputs)
-    where = f"\nthe graph, on {num_streams} stream(s):\n{_describe(copy_module(gm))}"
+    where = f"\nthe graph, on {counted(num_streams, 'stream')}:\n{_describe(copy_module(gm))}"
     state = _state(gm)
     expected_inputs = copy.deepcopy(given)
     expected = copy_module(gm)(*expected_inputs)

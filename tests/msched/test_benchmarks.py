@@ -255,3 +255,25 @@ def test_memory_benchmark_prints_the_cost_per_graph_size() -> None:
     assert int(rows[0][0]) < int(rows[1][0])  # more layers, more nodes
     assert rows[0][4] == rows[0][6] == "1.00"
     assert all(float(v) >= 0 for row in rows for v in row)
+
+
+def test_costs_benchmark_prints_predicted_against_measured() -> None:
+    """One row per decoder stack, and one for the tiny Llama when ``transformers`` is
+    installed (else a line saying it is skipped); every value a positive number, none
+    judged."""
+    command = [sys.executable, str(BENCHMARKS / "bench_costs.py"), "--layers", "2"]
+    command += ["--hidden", "16", "--tokens", "8", "--repeat", "1", "--warmup", "0"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    header = ["model", "nodes", "predicted_us", "wall_us", "predicted/wall", "sched3/1"]
+    assert lines[1].split() == header
+    rows = [line.split() for line in lines[2:]]
+    try:
+        import transformers  # noqa: F401
+
+        assert [r[0] for r in rows] == ["decoder-2", "llama-3"]
+    except ImportError:
+        assert rows == [rows[0]] and rows[0][0] == "decoder-2"
+        assert "transformers is not installed" in lines[0]
+    assert all(float(v) > 0 for row in rows for v in row[1:]), rows

@@ -2,7 +2,9 @@
 CONTRIBUTING, the CHANGELOG and ``docs/`` resolves to a file, and a ``#anchor`` to a heading of
 its page, as GitHub and the MkDocs site both spell it; no source or document cites a
 ``DESIGN.md`` (the design is ``docs/design.md``); the README stays a front page.  With MkDocs
-installed (the ``docs`` extra) the site builds with ``--strict`` too."""
+installed (the ``docs`` extra) the site builds with ``--strict`` too, and every list of a
+site page renders as a list (Python-Markdown, which MkDocs uses, needs a blank line before a
+list; without it the items are paragraph text, and ``--strict`` does not see it)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import sys
 import unicodedata
 from pathlib import Path
 
+import markdown
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,6 +31,7 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6}) +(.+?) *#*$")
 FENCE = re.compile(r"^ *(```|~~~)")
 README_LIMIT = 15 * 1024
+LIST_ITEM = re.compile(r"^\s*([-*+]|\d+\.) ")
 
 
 def relative_links(text: str) -> list[str]:
@@ -132,6 +136,42 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     build = [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)]
     done = subprocess.run(build, cwd=REPO, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def site_extensions() -> list[str]:
+    """The Markdown extensions mkdocs.yml names (the site renders with them)."""
+    text = (REPO / "mkdocs.yml").read_text(encoding="utf-8")
+    block = text.split("\nmarkdown_extensions:\n", 1)[1]
+    names = []
+    for line in block.splitlines():
+        if line and not line.startswith(" "):
+            break
+        if m := re.match(r"  - ([\w.]+)", line):
+            names.append(m.group(1))
+    return names
+
+
+def lists_rendered_as_text(text: str) -> list[str]:
+    """The lines of ``text``'s rendered paragraphs that start like a list item: a list the
+    Markdown did not make a list."""
+    html = markdown.markdown(text, extensions=site_extensions())
+    paragraphs = re.findall(r"<p>(.*?)</p>", html, re.S)
+    return [line for p in paragraphs for line in p.splitlines() if LIST_ITEM.match(line)]
+
+
+@pytest.mark.parametrize(
+    "page", sorted((REPO / "docs").glob("*.md")), ids=lambda p: str(p.relative_to(REPO))
+)
+def test_every_list_of_a_site_page_renders_as_a_list(page: Path) -> None:
+    text = page.read_text(encoding="utf-8")
+    assert lists_rendered_as_text(text) == [], "put a blank line before the list"
+
+
+def test_a_list_without_a_blank_line_before_it_is_found() -> None:
+    assert site_extensions() == ["toc", "tables", "fenced_code"]
+    assert lists_rendered_as_text("Text:\n- one\n- two\n\n1. first\n") == ["- one", "- two"]
+    assert lists_rendered_as_text("Text:\n\n- one\n\ntext\n1. first\n") == ["1. first"]
+    assert lists_rendered_as_text("Text:\n\n- one\n- two\n") == []
 
 
 def test_relative_links_are_found() -> None:

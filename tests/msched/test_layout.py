@@ -19,7 +19,7 @@ first (a layer imports only layers below it):
   ``limits``, ``runtime`` and the private ``_torch_internals`` / ``_lazy``; not even
   ``analysis``, so that every layer may build models);
 - the top layer: ``ops``, ``errors``, ``limits``, ``runtime`` import no subpackage, and
-  neither do the private top modules ``_torch_internals``, ``_lazy``, ``_version``.
+  neither do the private top modules ``_torch_internals``, ``_lazy``, ``_version``, ``_text``.
 
 Only ``cli`` and ``testing`` import the package itself (``import msched``, ``from msched
 import schedule``: it runs everything, so below them it is an upward import by another name).
@@ -67,8 +67,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 # The top layer: modules that import no subpackage of msched at all.
 TOP_LAYER = ("ops", "errors", "limits", "runtime")
 # The private modules at the top (torch's private interfaces, lazy code generation, the
-# version): the same rule as the top layer.
-PRIVATE_TOP = ("_torch_internals", "_lazy", "_version")
+# version, counted nouns and lists in messages): the same rule as the top layer.
+PRIVATE_TOP = ("_torch_internals", "_lazy", "_version", "_text")
 # The layers that may import the package itself (``import msched``, ``from msched import x``:
 # it runs everything): the top, the command and the testing helpers.
 FACADE_USERS = ("cli", "testing")

@@ -134,3 +134,20 @@ def test_schedule_takes_a_memory_budget_by_keyword_and_the_plugin_asserts_peaks(
     assert "assert_peak_memory" in pytest_msched.__all__
     helper = inspect.signature(pytest_msched.assert_peak_memory).parameters
     assert list(helper)[:2] == ["gm_or_sched", "at_most"]
+
+
+def test_costs_are_priced_by_a_table_and_measured_into_a_cost_model() -> None:
+    """Issue 44: pricing particular ops (`msched.TableCostModel`) and measured costs
+    (`msched.measure_costs`, returning the exported `msched.MeasuredCostModel`)."""
+    for name in ("TableCostModel", "MeasuredCostModel", "measure_costs"):
+        assert name in msched.__all__
+    assert issubclass(msched.MeasuredCostModel, msched.TableCostModel)
+    assert isinstance(msched.TableCostModel({}), msched.CostModel)
+    hints = typing.get_type_hints(msched.measure_costs)
+    assert hints["return"] is msched.MeasuredCostModel
+    parameters = inspect.signature(msched.measure_costs).parameters
+    assert list(parameters)[:2] == ["gm", "inputs"]
+    for name in ("warmup", "repeats", "device", "clock"):
+        assert parameters[name].kind is inspect.Parameter.KEYWORD_ONLY
+    assert parameters["device"].default is None
+    assert "MeasuredCostModel" in returned_types(msched)

@@ -219,25 +219,24 @@ SABOTAGE_MESSAGES = {
     "test_capture_after_output": [
         "E       AssertionError: capture_3 (stream 0) is emitted after output: in the recompiled "
         "module it follows `return` and never runs",
-        "E           > s0 | output(mul_tensor_*)",
-        "E           > s0 | capture_3 = msched.inplace_slice_copy.default(dest=dest, *)",
-        "E       assert not [[]capture_3[]]",
+        "E         > s0 | output(mul_tensor_*)",
+        "E         > s0 | capture_3 = msched.inplace_slice_copy.default(dest=dest, *)",
     ],
     "test_capture_after_return": [
         "E       AssertionError: capture_3 (stream 0) comes after `return` in the recompiled code*",
-        "E                 return mul_tensor_*",
-        "E                 capture_3 = torch.ops.msched.inplace_slice_copy.default(*",
+        "E               return mul_tensor_*",
+        "E               capture_3 = torch.ops.msched.inplace_slice_copy.default(*",
     ],
     "test_exit_wait_deleted": [
         "E       AssertionError: output on stream 0 does not wait for capture_3 (stream 1): *",
-        "E           > s1 |   capture_3 = msched.inplace_slice_copy.default(*",
-        "E           > s0 | output(mul_tensor_*)",
+        "E         > s1 |   capture_3 = msched.inplace_slice_copy.default(*",
+        "E         > s0 | output(mul_tensor_*)",
     ],
     "test_exit_wait_deleted_race": [
-        "E       AssertionError: schedule has 1 violation(s) *",
-        "E           [[]exit-not-joined[]] output on stream 0 does not wait for `capture_3` on "
+        "E       AssertionError: schedule has 1 violation (* nodes on 2 streams):",
+        "E         [[]exit-not-joined[]] output on stream 0 does not wait for `capture_3` on "
         "stream 1*",
-        "E           > s1 |   capture_3 = msched.inplace_slice_copy.default(*",
+        "E         > s1 |   capture_3 = msched.inplace_slice_copy.default(*",
     ],
     "test_schedule_graph_verifies": [
         "msched.verify found violations in the schedule:",
@@ -267,7 +266,7 @@ def test_verify_off_skips_verification(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_sabotage=SABOTAGE)
     result = pytester.runpytest("--msched-verify=off", "-k", "schedule_graph_verifies")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["violations: 0 (1 graphs not verified: --msched-verify=off)"])
+    result.stdout.fnmatch_lines(["violations: 0 (1 graph not verified: --msched-verify=off)"])
 
 
 @pytest.mark.parametrize(
@@ -295,7 +294,7 @@ def test_verify_and_dump_ini_options_yield_to_the_command_line(
         result.stdout.fnmatch_lines(["violations: 1"])
     else:
         result.assert_outcomes(passed=1)
-        result.stdout.fnmatch_lines(["violations: 0 (1 graphs not verified: --msched-verify=off)"])
+        result.stdout.fnmatch_lines(["violations: 0 (1 graph not verified: --msched-verify=off)"])
     dumps = sorted(p.name for p in pytester.path.iterdir() if p.name.endswith("_dumps"))
     assert dumps == ([dump_dir] if dump_dir else [])
     if dump_dir:

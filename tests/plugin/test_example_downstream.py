@@ -8,7 +8,8 @@ the same names.  Each run copies the example into ``pytester``'s directory and r
 a subprocess (the engine registers its ops once per process, as real engines do):
 
 - clean: every test passes, ``[streams2]`` and ``[streams3]``, against the committed
-  snapshots, serially and under ``-n 2``;
+  snapshots, serially and under ``-n 2``; ``--snapshot-update`` without snapshots writes
+  the committed ones;
 - ``TOYENG_BUG=1`` (a capture emitted after ``output``) and ``TOYENG_BUG=2`` (an exit that does
   not wait for the auxiliary stream that ran a capture): every test fails, naming the last
   capture, with ``--msched-verify=strict`` (``schedule_graph`` reports it) and
@@ -38,10 +39,12 @@ LAST_CAPTURE = {"test_eagle3_decoder": "capture_5", "test_moe_decoder": "capture
 IDS = sorted(f"{test}[streams{n}]" for test in LAST_CAPTURE for n in (2, 3))
 # The inner suites do not use hypothesis; its plugin costs a second in each process.
 WITHOUT_HYPOTHESIS = ("-p", "no:hypothesispytest")
+TIMEOUT = 600.0  # seconds a pytest subprocess may run
 BUG_MESSAGES = {
     # schedule_graph (verify): "[after-output] `capture_5` comes after output and never runs";
-    # assert_captures_precede_output: "capture_5 (stream 0) is emitted after output: ...".
-    "1": r"\b{capture}\b`?( \(stream \d+\))? (comes|is emitted) after `?output`?",
+    # assert_captures_precede_output: "capture_1 (stream 0), capture_3 (stream 0) and
+    # capture_5 (stream 0) are emitted after output: ...".
+    "1": r"\b{capture}\b`?( \(stream \d+\))? (comes|is emitted|are emitted) after `?output`?",
     # verify: "[exit-not-joined] output on stream 0 does not wait for `capture_5` on stream 1";
     # assert_exit_waits_on: "output on stream 0 does not wait for capture_5 (stream 1): ...".
     "2": r"output on stream 0 does not wait for `?{capture}\b",
@@ -116,7 +119,7 @@ def test_clean_engine_passes_with_its_snapshots(
     committed = _committed_snapshots()
     snapshots = _copy_example(pytester, form)
     xdist = ("-n", str(workers)) if workers else ()
-    result = pytester.runpytest_subprocess("-v", *xdist, *WITHOUT_HYPOTHESIS)
+    result = pytester.runpytest_subprocess("-v", *xdist, *WITHOUT_HYPOTHESIS, timeout=TIMEOUT)
     result.assert_outcomes(passed=4)
     assert _passed_ids(result) == IDS
     result.stdout.fnmatch_lines(SUMMARY)
@@ -125,6 +128,19 @@ def test_clean_engine_passes_with_its_snapshots(
         result.stdout.no_fnmatch_line(f"*snapshot* {word}*")
     assert result.stdout.str().count("msched summary") == 1
     assert _snapshots(snapshots) == committed
+
+
+def test_snapshot_update_rewrites_the_committed_snapshots(pytester: pytest.Pytester) -> None:
+    """A user's first run: ``pytest --snapshot-update`` with no snapshots writes the ones
+    committed (the pass is deterministic), and a plain run then passes against them."""
+    committed = _committed_snapshots()
+    snapshots = _copy_example(pytester, "conftest")
+    shutil.rmtree(snapshots)
+    first = pytester.runpytest_subprocess("--snapshot-update", *WITHOUT_HYPOTHESIS, timeout=TIMEOUT)
+    first.assert_outcomes(passed=4)
+    first.stdout.fnmatch_lines(["4 snapshots generated."])
+    assert _snapshots(snapshots) == committed
+    pytester.runpytest_subprocess(*WITHOUT_HYPOTHESIS, timeout=TIMEOUT).assert_outcomes(passed=4)
 
 
 # Each case is a pytest subprocess.  The default tier runs a pairwise cover (every bug, verify
@@ -151,7 +167,9 @@ def test_historical_bug_fails_naming_the_capture(
 ) -> None:
     _copy_example(pytester, form)
     monkeypatch.setenv("TOYENG_BUG", bug)
-    result = pytester.runpytest_subprocess(f"--msched-verify={verify}", *WITHOUT_HYPOTHESIS)
+    result = pytester.runpytest_subprocess(
+        f"--msched-verify={verify}", *WITHOUT_HYPOTHESIS, timeout=TIMEOUT
+    )
     result.assert_outcomes(failed=4)
     sections = _failure_sections(result)
     assert sorted(sections) == IDS

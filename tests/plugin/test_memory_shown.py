@@ -36,7 +36,7 @@ def test_the_summary_names_the_largest_memory_ratio() -> None:
     controller.merge_wire(stats.to_wire())
     assert controller.summary_lines()[-1] == (
         "peak memory (reserved under any timing): up to 6.00 MiB, at most 3.00x the "
-        "unscheduled graph's (t.py::a[streams3]); 1 graphs without sizes"
+        "unscheduled graph's (t.py::a[streams3]); 1 graph without sizes"
     )
     unsized = SessionStats()
     unsized.add(GraphRecord(2, 1, 1, 0))

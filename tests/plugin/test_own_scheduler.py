@@ -307,7 +307,7 @@ def test_a_foreign_schedule_with_a_violation_fails_and_is_dumped(
     unverified.stdout.fnmatch_lines(
         [
             "E       AssertionError: output on stream 0 does not wait for capture_1 (stream 1)*",
-            "violations: 0 (1 graphs not verified: --msched-verify=off)",
+            "violations: 0 (1 graph not verified: --msched-verify=off)",
         ]
     )
 

@@ -54,7 +54,7 @@ def test_stats_travel_between_processes_as_plain_data() -> None:
     assert controller.summary_lines() == [
         "graphs scheduled: 3 (streams2: 2, streams3: 1)",
         "total waits: 11",
-        "violations: 2 (1 graphs not verified: --msched-verify=off)",
+        "violations: 2 (1 graph not verified: --msched-verify=off)",
     ]
     assert SessionStats().summary_lines() == []
 

@@ -190,7 +190,7 @@ def test_every_helper_catches_every_bug_in_the_configured_dialect(
     result.stdout.fnmatch_lines(
         [
             "graphs scheduled: 6 (streams3: 6)",
-            "fewer streams used than requested: 1 graphs: test_engine.py::test_lazy[[]streams3[]]"
+            "fewer streams used than requested: 1 graph: test_engine.py::test_lazy[[]streams3[]]"
             " (2 of 3)",
         ]
     )

@@ -94,6 +94,26 @@ def traced_kernel_order_swapped(rank: int, world_size: int, cache_dir: str) -> d
     return {**found, "edited": [v.kind for v in msched.verify(gm).violations]}
 
 
+def traced_bucketed_all_reduces(rank: int, world_size: int, cache_dir: str) -> dict[str, Any]:
+    """``trace_streams(two_all_reduces, stage="inductor")`` on this rank with Inductor's FX
+    bucketing of all-reduces on (``bucket_all_reduces_fx="all"``): the collectives of the
+    kernel order (op, group, issue position), the FX nodes their kernels came from, and the
+    verdict."""
+    from torch._inductor import config
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache_dir, f"rank{rank}")
+    x, w1, w2 = torch.randn(4, 8), torch.randn(8, 8), torch.randn(8, 8)
+    torch.compiler.reset()
+    with config.patch(bucket_all_reduces_fx="all"):
+        gm = msched.trace_streams(two_all_reduces, x, w1, w2, stage="inductor")
+    kernels = [n.meta["msched_kernel"] for n in gm.graph.nodes if "msched_kernel" in n.meta]
+    return {
+        "issued": _issued(gm),
+        "origins": [k.origins for k in kernels if k.comm_op.endswith("all_reduce_.default")],
+        "ok": str(msched.verify(gm)),
+    }
+
+
 def _dynamo_graph(fn: Any, *inputs: Any) -> Any:
     """The graph Dynamo hands a backend for ``fn(*inputs)``."""
     found: list[Any] = []

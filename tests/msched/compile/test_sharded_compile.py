@@ -13,6 +13,7 @@ import torch
 from tests.msched.compile.sharded_compile import (
     compiled_tensor_parallel,
     inductor_collective_block,
+    traced_bucketed_all_reduces,
     traced_kernel_order_swapped,
     warnings_of_a_broken_graph,
 )
@@ -50,6 +51,22 @@ def test_a_hand_edited_kernel_order_with_two_all_reduces_swapped_fails_at_stage_
         assert found["ops"].count("_c10d_functional.wait_tensor.default") == 2
         assert found["swapped"] == ["collective-order"]
         assert found["edited"] == ["collective-order"]
+
+
+@pytest.mark.slow
+def test_all_reduces_inductor_buckets_into_one_kernel_are_issued_as_one_collective(
+    tmp_path, msched_ranks: Callable[..., list[Any]]
+) -> None:
+    """Inductor's FX bucketing (a post-grad pass) merges the two all-reduces into one before
+    msched stamps issue positions (after every post-grad pass), so the merged collective is
+    a collective of the program handed to Inductor, with position 0, and its kernel carries
+    it; the members' positions (Dynamo's graph) are gone with their nodes, and every rank
+    buckets alike, so the order checked is the bucketed program's."""
+    ranks = msched_ranks(traced_bucketed_all_reduces, str(tmp_path), timeout=300.0)
+    for found in ranks:
+        assert found["ok"].startswith("schedule verified"), found["ok"]
+        assert found["issued"] == [("all_reduce_", "0", 0)]
+        assert found["origins"] == [("all_reduce_2",)]
 
 
 @pytest.mark.slow

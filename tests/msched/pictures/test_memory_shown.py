@@ -14,7 +14,7 @@ import pytest
 
 import msched
 from msched.models.decoders import decoder_stack
-from msched.pictures import render_perfetto, render_svg, render_text
+from msched.pictures import render_json, render_perfetto, render_svg, render_text
 from msched.pictures.diff import schedule_diff
 from msched.pictures.text import MEMORY_PREFIX, parse_schedule
 from msched.proof.memory import format_bytes
@@ -50,10 +50,29 @@ def test_the_header_shows_the_peaks_of_peak_memory(sized: msched.Schedule) -> No
     assert parse_schedule("\n".join(lines)).memory == expected[len(MEMORY_PREFIX) :]
 
 
+def test_the_json_carries_the_peaks_and_reads_as_the_text(sized: msched.Schedule) -> None:
+    doc = json.loads(render_json(sized))
+    m = msched.peak_memory(sized.gm)
+    assert doc["memory"] == {
+        "allocated": m.allocated,
+        "reserved": m.reserved,
+        "reserved_bound": m.reserved_bound,
+        "baseline": m.baseline,
+        "per_stream": {"0": m.per_stream[0], "1": m.per_stream[1]},
+        "per_stream_bound": {"0": m.per_stream_bound[0], "1": m.per_stream_bound[1]},
+    }
+    text = render_text(sized)
+    assert parse_schedule(render_json(sized)).memory == parse_schedule(text).memory
+    assert schedule_diff(parse_schedule(render_json(sized)), parse_schedule(text)) == []
+    del doc["memory"]  # a document written before the field existed
+    assert parse_schedule(json.dumps(doc)).memory is None
+
+
 def test_a_graph_without_sizes_shows_no_memory_and_renders() -> None:
     sched = msched.schedule(decoder_stack(2, (1,)).gm, 2)
     text = render_text(sched)
     assert MEMORY_PREFIX not in text
+    assert json.loads(render_json(sched))["memory"] is None
     assert parse_schedule(text).memory is None
     assert "memory" not in render_svg(sched)
     assert '"ph": "C"' not in render_perfetto(sched)

@@ -14,7 +14,8 @@ import torch
 from torch.fx import Graph, GraphModule
 
 import msched
-from msched.pictures import render_dot, render_svg, render_text
+from msched.errors import LIBRARY_DIALECT_HINT, dialect_hint
+from msched.pictures import render_dot, render_perfetto, render_svg, render_text
 from msched.pictures.explain import explain_lines
 from msched.proof import actions
 from msched.proof.interpreter import interpret
@@ -49,6 +50,7 @@ READERS = {
     "render_text": render_text,
     "render_svg": render_svg,
     "render_dot": render_dot,
+    "render_perfetto": render_perfetto,
     "explain": lambda gm: explain_lines(msched.read_schedule(gm), gm.graph.output_node()),
 }
 
@@ -66,8 +68,24 @@ def test_every_reader_refuses_a_graph_of_unread_stream_ops(
     assert {"join_default", "record_default", "switch_default", "wait_default"} <= set(error.nodes)
     message = str(error)
     assert "myeng::join (join_default, join_default_1)" in message
-    for way in ("dialect=", "msched_dialect = package.module:DIALECT", "--msched-dialect"):
-        assert way in message
+    # A function of msched's says how it takes a dialect, not how the plugin or the CLI do.
+    assert error.hint == LIBRARY_DIALECT_HINT
+    assert "Give the dialect of these ops: pass dialect=... (a msched.Dialect" in message
+    assert "msched_dialect" not in message and "--dialect" not in message
+
+
+def test_the_tool_that_reads_the_graph_says_how_it_takes_a_dialect(
+    scheduled: tuple[GraphModule, GraphModule],
+) -> None:
+    gm, _ = scheduled
+    with dialect_hint("pass --dialect NAME"), pytest.raises(msched.UnreadStreamOpsError) as raised:
+        render_svg(gm)
+    assert raised.value.hint == "pass --dialect NAME"
+    assert "Give the dialect of these ops: pass --dialect NAME (" in str(raised.value)
+    assert "dialect=" not in str(raised.value)
+    with pytest.raises(msched.UnreadStreamOpsError) as raised:
+        render_svg(gm)  # outside the tool's extent: the library's words again
+    assert raised.value.hint == LIBRARY_DIALECT_HINT
 
 
 def test_the_dialect_of_the_ops_reads_them(scheduled: tuple[GraphModule, GraphModule]) -> None:

@@ -251,3 +251,45 @@ def test_equal_values_paired_crosswise_leave_their_readers_paired() -> None:
     assert report.ok, report
     match = match_nodes(original.graph, interpret(gm))
     assert not match.missing and not match.extras
+
+
+def _equal_constants_per_layer(side_first: bool) -> GraphModule:
+    """Two layers, each masking ``x`` with a constant of its own (equal constants, equal
+    masks, as a transformers Qwen3 piece makes one ``scalar_tensor(-inf)`` per layer) read
+    with the layer's own weight; ``side_first`` runs layer 1 on stream 1 ahead of layer 0."""
+    s = Scheduled()
+    x, mask = s.input("x"), s.input("mask")
+    weights = [s.input("w0"), s.input("w1")]
+    layers: dict[int, Node] = {}
+
+    def layer(i: int) -> None:
+        low = s.op(f"low_{i}", aten.scalar_tensor.default, float("-inf"))
+        masked = s.op(f"masked_{i}", aten.where.self, mask, x, low)
+        layers[i] = s.op(f"attend_{i}", aten.mul.Tensor, masked, weights[i])
+
+    if side_first:
+        s.stream(0)
+        s.record(0)
+        s.stream(1)
+        s.wait(0)
+        layer(1)
+        s.record(1)
+        s.stream(0)
+        layer(0)
+        s.wait(1)
+    else:
+        layer(0)
+        layer(1)
+    return s.done(s.op("total", aten.add.Tensor, layers[0], layers[1]))
+
+
+def test_equal_constants_of_two_layers_pair_within_their_layer() -> None:
+    """The real failure: a 3-stream schedule of a tiny Qwen3 failed its own verification
+    with four false races, since layer 2's ``scalar_tensor`` came first in host order and
+    was paired with layer 0's (equal nodes read alike two levels down), which paired the
+    masks and attentions across layers.  Equal nodes keep their own names' pairs."""
+    original = _equal_constants_per_layer(side_first=False)
+    gm = _equal_constants_per_layer(side_first=True)
+    report = msched.verify(gm, original=original)
+    assert report.ok, report
+    assert all(o == s for o, s in pairs_by_name(original, gm).items())

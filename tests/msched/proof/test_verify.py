@@ -40,7 +40,7 @@ def test_clean_hand_written_schedule() -> None:
     report = msched.verify(gm, original=unscheduled(gm))
     assert report.ok and report.violations == ()
     assert report.num_streams == 2
-    assert str(report) == "schedule verified: no violation (10 nodes on 2 stream(s))"
+    assert str(report) == "schedule verified: no violation (10 nodes on 2 streams)"
     report.raise_if_failed()  # does not raise
 
 
@@ -214,7 +214,7 @@ def test_stream_ids_out_of_range_and_an_exit_off_stream_0() -> None:
     assert kinds(msched.verify(gm)) == ["bad-stream"]  # output issued on stream 2
     report = msched.verify(gm, num_streams=2)
     assert kinds(report) == ["bad-stream", "bad-stream"]
-    assert "names stream 2, but the schedule has 2 stream(s) (0..1)" in report.violations[1].message
+    assert "names stream 2, but the schedule has 2 streams (0..1)" in report.violations[1].message
     assert "switch back to stream 0" in report.violations[0].message
 
 
@@ -230,7 +230,7 @@ def test_report_and_violation_are_frozen_and_raise_lists_everything() -> None:
         report.raise_if_failed()
     text = str(info.value)
     assert text == str(report)
-    assert text.startswith("schedule has 2 violation(s) (10 nodes on 2 stream(s)):")
+    assert text.startswith("schedule has 2 violations (10 nodes on 2 streams):")
     for v in report.violations:
         assert str(v) in text
     assert "[race/data] `b` on stream 1" in text and "[exit-not-joined] output" in text

@@ -7,14 +7,17 @@ from hypothesis import strategies as st
 from torch.fx import Graph, Node
 
 import msched
+from msched.analysis.bounds import node_costs
+from msched.analysis.communication import split_communication
 from msched.models.decoders import decoder_stack
 from msched.pictures.explain import explain_lines, placement_text
 from msched.scheduling import assign
 from msched.scheduling.assign import Assignment, _Lane, assign_streams
-from msched.scheduling.levels import bottom_levels
+from msched.scheduling.levels import bottom_levels, issue_levels
 from msched.testing import families
 
 from ..graphs import eagle3_graph, module
+from ..sharded_graphs import two_microbatches
 
 aten = torch.ops.aten
 
@@ -58,6 +61,27 @@ def test_bottom_levels_count_the_longest_path_to_the_exit() -> None:
     cost = {node: msched.DefaultCostModel().cost(node) for node in dag.nodes}
     level = bottom_levels(dag, cost)
     assert [level[n[k]] for k in ("a1", "a2", "b1", "out")] == [21.0, 11.0, 11.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("groups", "first"),
+    [(("0", "0"), {"xa": 80.0, "w": 80.0, "lin1_a": 80.0, "ar_a": 70.0}), (("0", "1"), {})],
+)
+def test_issue_levels_run_through_the_next_collective_of_the_group(
+    groups: tuple[str, str], first: dict[str, float]
+) -> None:
+    """``lin1 -> all_reduce -> wait -> lin2`` twice (10, 30 of communication, 0, 10): by
+    bottom level both chains are alike; on one channel micro-batch a's communication holds
+    back b's, so a's chain is longer by b's 30."""
+    gm = two_microbatches(groups)
+    dag = msched.build_dag(gm)
+    cost, comm = split_communication(dag.nodes, node_costs(dag, msched.DefaultCostModel()))
+    assert comm is not None
+    plain = {n.name: v for n, v in bottom_levels(dag, cost, comm).items()}
+    issued = {n.name: v for n, v in issue_levels(dag, cost, comm).items()}
+    names = ("lin1_a", "ar_a", "wait_a", "lin1_b", "ar_b", "wait_b")
+    assert [plain[k] for k in names] == [50.0, 40.0, 10.0] * 2
+    assert issued == {**plain, **first}
 
 
 def test_capture_is_inserted_next_to_its_producer_not_at_the_end() -> None:

@@ -65,7 +65,7 @@ def test_check_schedule_fails_a_scheduler_that_forgets_a_wait_with_the_graph() -
         check()
     message = str(raised.value)
     assert message.startswith("msched.verify found violations in the schedule:")
-    assert "the graph, on 2 stream(s):\nGeneratedGraph(" in message and "def forward" in message
+    assert "the graph, on 2 streams:\nGeneratedGraph(" in message and "def forward" in message
 
 
 def tanh_becomes_sin(gm: GraphModule, num_streams: int) -> None:
