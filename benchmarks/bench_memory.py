@@ -13,8 +13,17 @@ makespan (cost-model units) and `msched.peak_memory`'s ``reserved_bound``, ``res
 run (first row of each graph, ``orig``: the figures in MiB).  No timing.
 
 Run: ``python benchmarks/bench_memory.py [--fast] [--graphs dense,moe,...] [--streams 1,2,3]
-[--budgets none,1.0,1.1,1.25,1.5]``; ``--fast`` uses 2 layers and small sizes (the smoke
-test's).
+[--budgets none,1.0,1.1,1.25,1.5] [--record]``; ``--record`` emits ``record_stream`` for
+every protected cross-stream use (``keep_alive=False``, the emission of 0.1.0); ``--fast``
+uses 2 layers and small sizes (the smoke test's).
+
+``--emission`` prints instead, per graph and stream count (2, 3), the schedule without a
+budget emitted both ways: ``record``, a ``record_stream`` on every cross-stream use the
+allocator could otherwise race (``keep_alive=False``), and ``keep``, the storage kept alive
+until its own stream joins the use where a later node of that stream does (the default):
+the makespan (``msched.simulate``, cost-model units), ``allocated``, ``reserved`` and
+``reserved_bound`` in MiB, and how many ``record_stream`` calls each emits for another
+stream (``recs``) and for the tensor's own (``keeps``).  Both verify.
 
 ``--scale`` prints instead what `msched.peak_memory` costs as the graph grows (issue 42's
 acceptance: linear, 1k to 20k nodes): dense decoder stacks (hidden 16, 8 tokens, sizes on the
@@ -36,6 +45,7 @@ import time
 from typing import Any
 
 import msched
+import msched.proof.interpreter
 from msched.models.decoders import DecoderStack, decoder_stack
 
 MIB = 1024 * 1024
@@ -65,13 +75,50 @@ def original_row(name: str, fast: bool) -> tuple[float, msched.MemoryReport]:
     return serial, msched.peak_memory(stack.gm, example_inputs=stack.example_inputs())
 
 
-def row(name: str, fast: bool, streams: int, budget: float | None) -> tuple[float, Any]:
+def row(
+    name: str, fast: bool, streams: int, budget: float | None, keep_alive: bool = True
+) -> tuple[float, Any]:
     stack = build(name, fast)
     inputs = stack.example_inputs()
-    sched = msched.schedule(stack.gm, streams, memory_budget=budget, example_inputs=inputs)
+    sched = msched.schedule(
+        stack.gm, streams, memory_budget=budget, example_inputs=inputs, keep_alive=keep_alive
+    )
     if not msched.verify(sched.gm, original=sched.original).ok:
         raise SystemExit(f"{name} on {streams} streams, budget {budget}: verify failed")
     return sched.makespan, msched.peak_memory(stack.gm, example_inputs=inputs)
+
+
+EMISSION_HEADER = ["graph", "streams", "emit", "makespan", "allocated", "reserved", "bound"]
+EMISSION_HEADER += ["recs", "keeps"]
+
+
+def stream_records(gm: Any) -> tuple[int, int]:
+    """The ``record_stream`` nodes of ``gm``: for another stream than the tensor's, and for its
+    own (keep-alives), as `msched.verify` reads them."""
+    program = msched.proof.interpreter.interpret(gm.graph, None)
+    steps = [s for s in program.steps if s.kind == "record_stream"]
+    own = sum(1 for s in steps if s.to_stream == program.stream_of.get(s.tensor))
+    return len(steps) - own, own
+
+
+def emission(names: list[str], counts: list[int], fast: bool) -> None:
+    """The ``--emission`` table: record_stream against keep-alive, no budget."""
+    print("record_stream (record) against keep-alive until the join (keep); memory in MiB")
+    print("".join(f"{h:>11}" for h in EMISSION_HEADER))
+    for name in names:
+        for k in counts:
+            for keep in (False, True):
+                stack = build(name, fast)
+                inputs = stack.example_inputs()
+                sched = msched.schedule(stack.gm, k, keep_alive=keep)
+                if not msched.verify(sched.gm, original=sched.original).ok:
+                    raise SystemExit(f"{name} on {k} streams, keep_alive={keep}: verify failed")
+                mem = msched.peak_memory(stack.gm, example_inputs=inputs)
+                figures = (mem.allocated, mem.reserved, mem.reserved_bound)
+                cells = [name, str(k), "keep" if keep else "record", f"{sched.makespan:g}"]
+                cells += [f"{f / MIB:.2f}" for f in figures]
+                cells += [str(c) for c in stream_records(stack.gm)]
+                print("".join(f"{c:>11}" for c in cells), flush=True)
 
 
 SCALE_NODES = (1000, 2500, 5000, 10000, 20000)
@@ -130,6 +177,8 @@ def main() -> None:
     parser.add_argument("--graphs", default=",".join(GRAPHS), help="comma-separated")
     parser.add_argument("--streams", default="1,2,3", help="stream counts, comma-separated")
     parser.add_argument("--budgets", default="none,1.0,1.1,1.25,1.5", help="comma-separated")
+    parser.add_argument("--emission", action="store_true", help="record_stream or keep-alive")
+    parser.add_argument("--record", action="store_true", help="schedules with keep_alive=False")
     parser.add_argument("--scale", action="store_true", help="peak_memory's cost per size")
     parser.add_argument("--nodes", default=",".join(map(str, SCALE_NODES)), help="--scale sizes")
     parser.add_argument("--scale-streams", type=int, default=2, help="--scale's stream count")
@@ -138,6 +187,14 @@ def main() -> None:
         scale([int(n) for n in args.nodes.split(",")], args.scale_streams)
         return
     counts = [int(s) for s in args.streams.split(",")]
+    if args.emission:
+        emission(args.graphs.split(","), [k for k in counts if k > 1], args.fast)
+        return
+    trade_off(args, counts)
+
+
+def trade_off(args: argparse.Namespace, counts: list[int]) -> None:
+    """The default table: makespan and memory per stream count and budget."""
     budgets = [None if b == "none" else float(b) for b in args.budgets.split(",")]
     print("ratios to the original order (orig rows: makespan in cost units, memory in MiB)")
     print("".join(f"{h:>11}" for h in HEADER))
@@ -148,7 +205,7 @@ def main() -> None:
         print("".join(f"{c:>11}" for c in cells))
         for k in counts:
             for budget in budgets:
-                makespan, mem = row(name, args.fast, k, budget)
+                makespan, mem = row(name, args.fast, k, budget, not args.record)
                 ratios = (
                     mem.reserved_bound / base.reserved_bound,
                     mem.reserved / base.reserved,

@@ -17,6 +17,12 @@ allocator: ``index_put_`` with ``accumulate=True`` sorts into temporaries, ``add
 into a non-contiguous ``self`` computes into a fresh tensor and copies back, and a custom
 op's insides are unknown).
 
+Instead of the record, the storage may be kept alive until its own stream has waited for the
+use: a later reference on the host (msched emits ``record_stream(X, t)`` for ``X``'s own
+stream ``t``, which the allocator ignores: a use on the allocation stream needs nothing) moves
+the free after that wait, and every later allocation on ``t`` then happens-after the use.  Both
+are safe; the memory differs (`msched.proof.memory`).
+
 Not needed: storages of graph inputs (owned by the caller), storages returned by the graph
 (never freed inside it), and storages with no later work on their stream (``output`` joins
 every stream before the caller can allocate again).  ``record_stream`` on every cross-stream
@@ -48,15 +54,21 @@ from msched.analysis.nodes import INPUT_OPS
 
 @dataclass(frozen=True)
 class UnsafeUse:
-    """A storage used on ``stream`` that needs ``record_stream(tensor, stream)``.
+    """A storage used on ``stream`` that needs ``record_stream(tensor, stream)``, or to be
+    kept alive until its own stream has waited for ``stream``.
 
-    ``tensor`` is the alias of the storage that ``user`` (the first user on ``stream``) reads.
+    ``tensor`` is the alias of the storage that ``user`` (the first user on ``stream``) reads;
+    ``last`` is the last user on ``stream``, ``last_seq`` its position there, and ``reuser``
+    the first node of the storage's own stream after its free that may take the block.
     """
 
     root: Node
     stream: int
     tensor: Node
     user: Node
+    last: Node | None = None
+    last_seq: int = 0
+    reuser: Node | None = None
 
 
 def allocates(node: Node, effects: Effects) -> bool:
@@ -102,7 +114,9 @@ def unsafe_cross_stream_uses(
 
     ``seq[n]`` is ``n``'s position on its stream; ``knows[n]`` the vector clock of its stream
     right after it.  Nodes missing from ``seq`` (graph inputs, the preamble) allocate nothing,
-    nor do those ``may_allocate`` refuses (`allocates`, asked only after a free).
+    nor do those ``may_allocate`` refuses (`allocates`, asked only after a free).  ``order``
+    may also hold stream ops that take a tensor (not in ``seq``, with a ``stream``): they only
+    hold it alive, so that a keep-alive ``record_stream`` moves its free later.
     """
     last, uses, on_stream = _last_and_cross_uses(order, stream, seq, root)
     returned = {root.get(a, a) for a in output.all_input_nodes}
@@ -115,9 +129,9 @@ def unsafe_cross_stream_uses(
         if first_after is None:
             continue
         for s in sorted(per_stream):
-            last_seq, user, alias = per_stream[s]
+            last_seq, user, alias, last_user = per_stream[s]
             if knows[first_after][s] < last_seq and is_tensor(alias):
-                unsafe.append(UnsafeUse(r, s, alias, user))
+                unsafe.append(UnsafeUse(r, s, alias, user, last_user, last_seq, first_after))
     return unsafe
 
 
@@ -153,11 +167,15 @@ def _last_and_cross_uses(
     stream: Mapping[Node, int],
     seq: Mapping[Node, int],
     root: Mapping[Node, Node],
-) -> tuple[dict[Node, int], dict[Node, dict[int, tuple[int, Node, Node]]], dict[int, list[int]]]:
-    """Per storage: host position of its last use, and per other stream its last use there.
-    Also the host positions of the nodes of each stream (those in ``seq``)."""
+) -> tuple[
+    dict[Node, int], dict[Node, dict[int, tuple[int, Node, Node, Node]]], dict[int, list[int]]
+]:
+    """Per storage: host position of its last use, and per other stream its last use there
+    (its position on that stream, the first user and the alias it reads, the last user).
+    Also the host positions of the nodes of each stream (those in ``seq``); a node not in
+    ``seq`` (a stream op that holds a tensor) counts only as a use."""
     last: dict[Node, int] = {}
-    uses: dict[Node, dict[int, tuple[int, Node, Node]]] = {}
+    uses: dict[Node, dict[int, tuple[int, Node, Node, Node]]] = {}
     on_stream: dict[int, list[int]] = {}
     root_of = root.get
     for pos, user in enumerate(order):
@@ -178,7 +196,7 @@ def _last_and_cross_uses(
                 per_stream = uses.setdefault(r, {})
                 known = per_stream.get(s)
                 if known is None:
-                    per_stream[s] = (seq[user], user, alias)
+                    per_stream[s] = (seq[user], user, alias, user)
                 else:
-                    per_stream[s] = (seq[user], known[1], known[2])
+                    per_stream[s] = (seq[user], known[1], known[2], user)
     return last, uses, on_stream

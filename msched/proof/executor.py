@@ -9,6 +9,12 @@ streams under a cost model is `msched.simulate`, in `msched.proof.timeline`.)
 
 The graph is read with `msched.proof.interpreter.interpret`; nodes after ``output`` never run.
 
+The caching allocator is adversarial too: a tensor read on another stream and freed on its
+own stream before that stream waited for the read, without ``record_stream`` for the reading
+stream (`msched.proof.record_streams.unrecorded_uses`, what ``missing-record-stream``
+reports), is overwritten with garbage when the first node of its stream after the free that
+may allocate runs before the read, as if it took the block.
+
 ``order="search"`` tries many such orders (every auxiliary stream late in turn, every one
 early in turn, seeded random ones) against a reference run and stops at the first that gives
 other numbers, so a race that some order shows is shown.  A node that fails on the garbage a
@@ -39,11 +45,14 @@ from torch.fx import GraphModule, Interpreter, Node
 
 from msched._torch_internals import storage_id, tree_flatten, tree_map
 from msched.analysis._graphcheck import check_acyclic
+from msched.analysis.lifetimes import allocates
 from msched.errors import InvalidArgumentError
 from msched.limits import positive_int
 from msched.proof.clocks import Clocks, clocks_of
 from msched.proof.dialects import Dialect
 from msched.proof.interpreter import interpret
+from msched.proof.program import StreamProgram
+from msched.proof.record_streams import scheduled_effects, unrecorded_uses
 
 ORDERS = ("late-aux", "early-aux", "random", "search")
 T = TypeVar("T")
@@ -207,6 +216,35 @@ def _garbage(value: Any) -> Any:
     return tree_map(fill, value)
 
 
+#: The nodes that may take a block freed too early: node -> (storage, its last user on
+#: another stream) for each storage whose block ``node`` may get before that user ran.
+Reuses = dict[Node, list[tuple[Node, Node]]]
+
+
+def block_reuses(gm: GraphModule, program: StreamProgram, clocks: Clocks) -> Reuses:
+    """Where the caching allocator may hand out a block still read on another stream: each
+    cross-stream use with neither ``record_stream`` nor its storage kept alive until its
+    stream joined the use (`msched.proof.record_streams.unrecorded_uses`, the rule
+    ``missing-record-stream`` reports), at the first node of the storage's stream after its
+    free that may allocate."""
+    effects = scheduled_effects(gm.graph, program.passthrough)
+    found: Reuses = {}
+    for use in unrecorded_uses(program, clocks, effects.root, lambda n: allocates(n, effects)):
+        if use.reuser is not None and use.last is not None:
+            found.setdefault(use.reuser, []).append((use.root, use.last))
+    return found
+
+
+def _overwrite(value: Any) -> None:
+    """Fill every tensor of ``value`` with garbage in place (NaN, or -1): another tensor now
+    lives in its memory."""
+    for leaf in tree_flatten(value)[0]:
+        if isinstance(leaf, torch.Tensor):
+            bad = float("nan") if leaf.is_floating_point() or leaf.is_complex() else -1
+            with torch.no_grad():
+                leaf.fill_(bad)
+
+
 class _Runner(Interpreter):
     """Runs single nodes of ``gm`` on demand, reading unwritten values as garbage."""
 
@@ -216,6 +254,7 @@ class _Runner(Interpreter):
         clocks: Clocks,
         inputs: Sequence[Any],
         host_values: dict[Node, Any] | None = None,
+        reuses: Reuses | None = None,
     ) -> None:
         super().__init__(gm, garbage_collect_values=False)
         self.clocks = clocks
@@ -223,6 +262,8 @@ class _Runner(Interpreter):
         self._host_values = host_values  # shared by the runs of one search
         self.early: dict[Node, Any] = {}  # node -> garbage handed out before it ran
         self.handed_garbage = False
+        self.reuses = reuses or {}
+        self.ran: set[Node] = set()
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         if len(placeholders) != len(self.inputs):
             raise InvalidArgumentError(
@@ -253,6 +294,11 @@ class _Runner(Interpreter):
         return self._host_values
 
     def step(self, node: Node) -> Any:
+        for storage, last in self.reuses.get(node, ()):
+            if last not in self.ran and storage in self.env:
+                _overwrite(self.env[storage])  # the block is ``node``'s now
+                self.handed_garbage = True
+        self.ran.add(node)
         for value in node.all_input_nodes:
             if value not in self.env:
                 self.env[value] = self.early[value] = _garbage(self._host_order_values()[value])
@@ -291,7 +337,11 @@ def execute(
       run returned is that order's (``differs=True``), or late-aux's when none differs.
 
     A value read before its producer ran reads as NaN (-1 for integers; the producer's later
-    write still lands in that memory).  A node that raises after such a read ends the run
+    write still lands in that memory).  A storage read on another stream whose block the
+    caching allocator may hand out before that read (freed on its own stream with neither
+    ``record_stream`` for the reading stream nor a wait for the read before the free: what
+    ``missing-record-stream`` reports) is overwritten with the same garbage when the node
+    that may take the block runs first.  A node that raises after such a read ends the run
     with `Execution.failure` naming it; an error without garbage is raised.  Stream ops
     themselves are not run.  A cyclic graph is an `msched.InvalidGraphError` naming the
     cycle; nothing runs then.
@@ -301,12 +351,15 @@ def execute(
             f"execute expects a torch.fx.GraphModule, got {type(gm).__name__}"
         )
     check_acyclic(gm.graph)
-    clocks = clocks_of(interpret(gm, dialect))
+    program = interpret(gm, dialect)
+    clocks = clocks_of(program)
+    reuses = block_reuses(gm, program, clocks)
     if order == "search":
         positive_int(seeds, "seeds")
-        return _search(gm, clocks, inputs, seed, seeds, original)
+        return _search(gm, clocks, inputs, seed, seeds, original, reuses)
     sequence = run_order(clocks, order, seed)
-    return _run(_Runner(gm, clocks, inputs), sequence, clocks.output, inputs, order)
+    runner = _Runner(gm, clocks, inputs, reuses=reuses)
+    return _run(runner, sequence, clocks.output, inputs, order)
 
 
 def _run(
@@ -347,6 +400,7 @@ def _search(
     seed: int,
     seeds: int,
     original: GraphModule | None,
+    reuses: Reuses,
 ) -> Execution:
     """`execute` with ``order="search"``: each trial runs on the inputs and module state as
     given (put back after it, random state included); the chosen order then runs for real."""
@@ -357,13 +411,14 @@ def _search(
     chosen: tuple[str, list[Node]] | None = None
     for name, sequence in search_orders(clocks, seed, seeds):
         tried.append(name)
-        runner = _Runner(gm, clocks, inputs, host_values)
+        runner = _Runner(gm, clocks, inputs, host_values, reuses)
         run = state.trial(_run, runner, sequence, clocks.output, inputs, name)
         if run.failure is not None or not same_values(want, (run.output, run.inputs_at_output)):
             chosen = (name, sequence)
             break
     name, sequence = chosen or ("late-aux", run_order(clocks, "late-aux"))
-    run = _run(_Runner(gm, clocks, inputs, host_values), sequence, clocks.output, inputs, name)
+    runner = _Runner(gm, clocks, inputs, host_values, reuses)
+    run = _run(runner, sequence, clocks.output, inputs, name)
     return replace(run, differs=chosen is not None, tried=tuple(tried))
 
 

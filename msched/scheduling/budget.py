@@ -11,7 +11,9 @@ The rule, kept simple and sound: the candidates are the list schedules on ``k``,
 stream costs at least a segment; side streams that allocate only small blocks, or nothing,
 cost less), on one stream (only when the graph has asynchronous collectives: that one
 issues compute between a collective and its wait), and the original order on one stream.
-Each is emitted into the graph, priced with `msched.proof.memory.peak_memory_with` (sizes
+Each is emitted into the graph (with the emission `msched.schedule` was asked for: by default
+a cross-stream tensor kept alive until its stream's join, never more ``reserved_bound`` than
+``record_stream``), priced with `msched.proof.memory.peak_memory_with` (sizes
 read or propagated once, before scheduling) and taken back out; the shortest (the most
 streams on a tie) whose ``reserved_bound`` is within the budget is kept.  Candidates are
 priced in order of makespan and pricing stops at the first that fits, so a loose budget

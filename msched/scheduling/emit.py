@@ -15,9 +15,14 @@ Rules (docs/design.md, "Emission"):
 - a record right before a switch (after the last node the old stream issues before the host
   switches away) is in that switch too, ``set_stream(s, [e1], [e3])``; a record followed by
   another node of its stream is a ``record_event`` node of its own;
-- a tensor used on another stream than the one that allocated it gets ``record_stream`` for
-  that stream only where the allocator could otherwise reuse its block too early
-  (`msched.analysis.lifetimes`);
+- a tensor used on another stream than the one that allocated it is protected from the
+  allocator only where it could otherwise reuse its block too early
+  (`msched.analysis.lifetimes`): kept alive until its own stream has waited for the use, by a
+  ``record_stream`` for its own stream (which the allocator ignores) right before the first
+  node of that stream that has joined the use, when one exists (``keep_alive``, the
+  default: a block recorded for another stream is pinned until the allocator finds that
+  stream's work done, under ``reserved_bound`` for the whole graph); else by
+  ``record_stream`` for the using stream before its first use there;
 - ``output`` is last, on stream 0, after stream 0 has joined every dependency of ``output``;
 - the collectives are issued in the assignment's order (`Assignment.collectives`, the
   original's), whatever the streams they are on.
@@ -29,6 +34,7 @@ otherwise emission switches to the stream whose next node comes first in the ass
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +44,7 @@ from torch.fx import Graph, Node
 from msched import ops
 from msched.analysis.dag import Dag
 from msched.analysis.effects import produces_tensor
-from msched.analysis.lifetimes import allocates, unsafe_cross_stream_uses
+from msched.analysis.lifetimes import UnsafeUse, allocates, unsafe_cross_stream_uses
 from msched.analysis.nodes import INPUT_OPS
 from msched.scheduling.assign import Assignment
 
@@ -238,15 +244,18 @@ class _Emitter:
         self.issued.append(node)
         self._count(node, s)
 
-    def finish(self, output: Node) -> None:
-        """Join everything ``output`` depends on, on stream 0; add the ``record_stream``s."""
+    def finish(self, output: Node, keep_alive: bool = True) -> None:
+        """Join everything ``output`` depends on, on stream 0; add the ``record_stream``s (or,
+        with ``keep_alive``, the references that keep a storage alive until its join)."""
         self._switch(0)
         self._wait_for(0, self.preds[output])
         self.stream_of[output] = 0
-        self._record_unsafe_uses(output)
+        self._record_unsafe_uses(output, keep_alive)
 
-    def _record_unsafe_uses(self, output: Node) -> None:
-        """Add ``record_stream`` before the first use of each storage that needs one."""
+    def _record_unsafe_uses(self, output: Node, keep_alive: bool) -> None:
+        """Add ``record_stream`` before the first use of each storage that needs one; with
+        ``keep_alive``, where a later node of the storage's own stream joins the use, a
+        ``record_stream`` of the storage for its own stream before that node instead."""
         effects = self.dag.effects
         unsafe = unsafe_cross_stream_uses(
             self.computed,
@@ -258,10 +267,50 @@ class _Emitter:
             produces_tensor,
             lambda node: allocates(node, effects),
         )
+        by_root: dict[Node, list[UnsafeUse]] = {}
         for use in unsafe:
-            args = (use.tensor, use.stream)
-            record = self._new(ops.record_stream, args, "record_stream", use.stream)
-            self.records_before.setdefault(use.user, []).append(record)
+            by_root.setdefault(use.root, []).append(use)
+        joins = _Joins(self.computed, self.stream_of, self.clock_after) if keep_alive else None
+        for root, uses in by_root.items():
+            join = joins.last_of(self.stream_of[root], uses) if joins is not None else None
+            if join is not None:  # one reference after every join: the latest
+                home = self.stream_of[root]
+                record = self._new(ops.record_stream, (uses[0].tensor, home), "record_stream", home)
+                self.records_before.setdefault(join, []).append(record)
+                continue
+            for use in uses:  # a record pins the block anyway: no keep-alive beside it
+                args = (use.tensor, use.stream)
+                record = self._new(ops.record_stream, args, "record_stream", use.stream)
+                self.records_before.setdefault(use.user, []).append(record)
+
+
+class _Joins:
+    """Per stream, its nodes in host order, to find the first that happens-after a position
+    of another stream (clocks only grow along a stream, so a binary search finds it)."""
+
+    def __init__(
+        self,
+        computed: list[Node],
+        stream_of: dict[Node, int],
+        clock_after: dict[Node, tuple[int, ...]],
+    ) -> None:
+        self.clock_after = clock_after
+        self.nodes: dict[int, list[Node]] = {}
+        for node in computed:
+            self.nodes.setdefault(stream_of[node], []).append(node)
+
+    def last_of(self, stream: int, uses: list[UnsafeUse]) -> Node | None:
+        """The first node of ``stream`` that happens after every one of ``uses`` (None: no
+        node of it does)."""
+        nodes = self.nodes.get(stream, [])
+        clock_after = self.clock_after
+        latest = 0
+        for use in uses:
+            i = bisect_left(nodes, use.last_seq, key=lambda n: clock_after[n][use.stream])
+            if i == len(nodes):
+                return None
+            latest = max(latest, i)
+        return nodes[latest]
 
 
 def _preamble(dag: Dag, a: Assignment) -> list[Node]:
@@ -291,8 +340,12 @@ def _stream_queues(a: Assignment, skip: set[Node]) -> list[list[Node]]:
     return queues
 
 
-def plan_emission(graph: Graph, dag: Dag, a: Assignment) -> Emission:
-    """Compute the emitted order and create the stream-op nodes it needs (not yet linked)."""
+def plan_emission(graph: Graph, dag: Dag, a: Assignment, keep_alive: bool = True) -> Emission:
+    """Compute the emitted order and create the stream-op nodes it needs (not yet linked).
+
+    ``keep_alive``: a cross-stream use that needs protection from the allocator keeps its
+    storage alive until the storage's stream joins the use, where a later node of that stream
+    does; otherwise (and for every such use when False) it gets ``record_stream``."""
     inputs = [n for n in dag.nodes if n.op == "placeholder"]
     inputs += [n for n in dag.nodes if n.op == "get_attr"]
     pre = _preamble(dag, a)
@@ -325,7 +378,7 @@ def plan_emission(graph: Graph, dag: Dag, a: Assignment) -> Emission:
             pending[succ] -= 1
         if following and node in following:
             pending[following[node]] -= 1
-    em.finish(dag.output)
+    em.finish(dag.output, keep_alive)
     em.finish_switches()
     order = _link_order(em, inputs, pre, dag.output)
     return Emission(

@@ -179,6 +179,7 @@ def schedule(
     time_limit: float = 10.0,
     memory_budget: float | None = None,
     example_inputs: Sequence[Any] | None = None,
+    keep_alive: bool = True,
 ) -> Schedule:
     """Schedule ``gm`` onto ``num_streams`` streams, rewriting ``gm.graph`` in place.
 
@@ -216,12 +217,19 @@ def schedule(
     budget); ``Schedule.memory`` is then the chosen schedule's report under ``cost_model``.
     Without a budget nothing is priced.
 
+    A tensor used on another stream than its own, where the allocator could hand its block
+    out too early, is kept alive until its stream has waited for that use when a later node
+    of its stream does (``keep_alive=True``, the default: never more ``reserved_bound``,
+    docs/memory.md), else it gets ``record_stream`` for the using stream, as it always does
+    with ``keep_alive=False``.
+
     ``exit_edges=False``, an ablation for tests and benchmarks, builds the Dag without exit
     edges: it reproduces the Eagle3 bug msched exists to prevent, which `msched.verify` reports.
     ``exit_edges`` is True or False; anything else is an `msched.InvalidArgumentError`.
     """
     _check_arguments(gm, num_streams, cost_model)
     check_flag(exit_edges, "exit_edges")
+    check_flag(keep_alive, "keep_alive")
     limit = check_effort(effort, time_limit)
     budget = None if memory_budget is None else check_memory_budget(memory_budget)
     dag = build_dag(gm, exit_edges=exit_edges)
@@ -233,11 +241,11 @@ def schedule(
         values = sized_values(gm, example_inputs)
         pins = pin_sets(values)
         candidates, optimal = _candidates(dag, num_streams, model, effort, limit, pins)
-        chosen = _within_budget(gm, dag, candidates, budget, values, cost_model)
+        chosen = _within_budget(gm, dag, candidates, budget, values, cost_model, keep_alive)
         assignment, (events, waits, streams), memory = chosen
     else:
         assignment, (events, waits, streams), optimal = _unbudgeted(
-            gm, dag, num_streams, model, effort, limit
+            gm, dag, num_streams, model, effort, limit, keep_alive
         )
     mark_made(gm, "msched")
     summary = Summary(num_streams, events, waits, assignment.makespan, assignment.lower_bound)
@@ -248,7 +256,13 @@ def schedule(
 
 
 def _unbudgeted(
-    gm: GraphModule, dag: Dag, num_streams: int, model: CostModel, effort: str, limit: float
+    gm: GraphModule,
+    dag: Dag,
+    num_streams: int,
+    model: CostModel,
+    effort: str,
+    limit: float,
+    keep_alive: bool,
 ) -> tuple[Assignment, tuple[int, int, dict[Node, int]], OptimalMakespan | None]:
     """The schedule without a budget, emitted: the list schedule (or the exact mode's), on
     one stream the original order unless reordering collectives makes it shorter."""
@@ -262,12 +276,12 @@ def _unbudgeted(
                 listed, optimal = _optimal(dag, listed, model, limit)
             if listed.makespan < assignment.makespan:
                 assignment = listed
-                emitted = _rewrite(gm, dag, assignment)
+                emitted = _rewrite(gm, dag, assignment, keep_alive)
         return assignment, emitted, optimal
     assignment = assign_streams(dag, num_streams, model)
     if effort == "optimal":
         assignment, optimal = _optimal(dag, assignment, model, limit)
-    return assignment, _rewrite(gm, dag, assignment), optimal
+    return assignment, _rewrite(gm, dag, assignment, keep_alive), optimal
 
 
 def _candidates(
@@ -304,13 +318,14 @@ def _within_budget(
     budget: float,
     values: dict[Node, Any],
     cost_model: CostModel | None,
+    keep_alive: bool,
 ) -> tuple[Assignment, tuple[int, int, dict[Node, int]], MemoryReport]:
     """Price ``candidates`` in ``gm`` and keep the shortest within ``budget`` emitted."""
     codegen = codegen_of(gm.graph)
     emitted: list[tuple[int, int, dict[Node, int]]] = []
 
     def emit(assignment: Assignment) -> None:
-        emitted.append(_rewrite(gm, dag, assignment))
+        emitted.append(_rewrite(gm, dag, assignment, keep_alive))
 
     def take_back() -> None:
         gm.graph.set_codegen(codegen)
@@ -366,11 +381,13 @@ def _optimal(
     return heuristic, found
 
 
-def _rewrite(gm: GraphModule, dag: Dag, assignment: Assignment) -> tuple[int, int, dict[Node, int]]:
+def _rewrite(
+    gm: GraphModule, dag: Dag, assignment: Assignment, keep_alive: bool
+) -> tuple[int, int, dict[Node, int]]:
     graph = gm.graph
     codegen = codegen_of(graph)
     try:
-        emission = plan_emission(graph, dag, assignment)
+        emission = plan_emission(graph, dag, assignment, keep_alive)
         relink(graph, emission.order)
         direct_stream_calls(gm, recompile=False)
         gm.recompile()

@@ -197,6 +197,25 @@ def test_the_gpu_memory_benchmark_imports_and_says_it_needs_cuda(capsys) -> None
     ]
 
 
+def test_memory_benchmark_prints_record_stream_against_keep_alive() -> None:
+    """``--emission --fast`` on the MoE stack, 3 streams (its schedule protects 4 reads): one
+    row per emission, the same makespan, the keep-alive's bound no higher, its protections all
+    keep-alives."""
+    command = [sys.executable, str(BENCHMARKS / "bench_memory.py"), "--emission", "--fast"]
+    command += ["--graphs", "moe", "--streams", "3"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr  # it exits with an error if a schedule is unsound
+    lines = run.stdout.splitlines()
+    assert lines[1].split() == [
+        "graph", "streams", "emit", "makespan", "allocated", "reserved", "bound", "recs", "keeps"
+    ]  # fmt: skip
+    record, keep = (line.split() for line in lines[2:])
+    assert record[:3] == ["moe", "3", "record"] and keep[:3] == ["moe", "3", "keep"]
+    assert record[3] == keep[3]
+    assert float(keep[6]) <= float(record[6])
+    assert (record[7], keep[7]) == ("4", "0") and (record[8], keep[8]) == ("0", "4")
+
+
 def test_memory_benchmark_prints_the_trade_off() -> None:
     command = [sys.executable, str(BENCHMARKS / "bench_memory.py"), "--fast"]
     command += ["--streams", "1,2", "--budgets", "none,1.0"]

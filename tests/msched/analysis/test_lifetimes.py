@@ -47,7 +47,7 @@ def _fan_out() -> torch.fx.GraphModule:
 
 def test_record_stream_is_emitted_where_the_producer_stream_allocates_before_joining() -> None:
     gm = _fan_out()
-    sched = msched.schedule(gm, 3)
+    sched = msched.schedule(gm, 3, keep_alive=False)
     b_stream = sched.stream_of("b")
     assert sched.stream_of("h") == sched.stream_of("e") == 0
     assert {b_stream, sched.stream_of("d")} == {1, 2}
@@ -56,6 +56,19 @@ def test_record_stream_is_emitted_where_the_producer_stream_allocates_before_joi
     hb = happens_before(gm)
     assert hb.ordered("d", "e") and not hb.ordered("b", "e")
     assert _records(gm) == [("h", b_stream)]
+
+
+def test_by_default_the_tensor_is_kept_alive_until_its_stream_joins_instead() -> None:
+    # Stream 0 joins b's stream first at out (it waits for b2): h lives until then, its
+    # record_stream for its own stream (which the allocator ignores) right before out.
+    gm = _fan_out()
+    sched = msched.schedule(gm, 3)
+    assert sched.stream_of("h") == 0
+    assert _records(gm) == [("h", 0)]
+    order = [n.name for n in gm.graph.nodes]
+    keep = next(n.name for n in gm.graph.nodes if n.target is RECORD)
+    assert order.index(keep) == order.index("out") - 1
+    assert msched.verify(gm, original=sched.original).ok
 
 
 def test_no_record_stream_when_the_producer_stream_joins_first() -> None:
@@ -73,12 +86,26 @@ def test_no_record_stream_when_the_producer_stream_joins_first() -> None:
 @pytest.mark.parametrize("streams", [2, 3, 4])
 def test_every_unsafe_use_of_a_schedule_has_its_record(streams: int) -> None:
     stack = decoder_stack(12, (1, 5, 11), moe=True)
-    msched.schedule(stack.gm, streams)
+    msched.schedule(stack.gm, streams, keep_alive=False)
     recorded = set(_records(stack.gm))
     unsafe = _unsafe_in(stack.gm)
     assert {(u.tensor.name, u.stream) for u in unsafe} == recorded
     if streams > 2:
         assert unsafe, "no cross-stream use needs a record: the test has no teeth"
+
+
+@pytest.mark.parametrize("streams", [3, 4])
+def test_every_unsafe_use_of_a_schedule_is_kept_alive_until_its_join(streams: int) -> None:
+    stack = decoder_stack(12, (1, 5, 11), moe=True)
+    msched.schedule(stack.gm, streams)
+    hb = happens_before(stack.gm)
+    unsafe = _unsafe_in(stack.gm)  # the keep-alives are stream ops: not counted as uses
+    assert unsafe, "no cross-stream use needs protection: the test has no teeth"
+    kept = set(_records(stack.gm))
+    for use in unsafe:
+        home = hb.position[use.root.name][0]
+        assert (use.tensor.name, home) in kept, use
+    assert msched.verify(stack.gm).ok
 
 
 def _unsafe_in(gm: torch.fx.GraphModule) -> list:  # type: ignore[type-arg]
