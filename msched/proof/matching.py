@@ -24,7 +24,11 @@ Algorithm (one pass over each graph):
    Two original nodes of one key compute the same thing from the same values: in the
    scheduled graph's host order they stand for the original's in program order, and where a
    write between them tells them apart, `verify`'s orderings check that the one paired first
-   runs first (happens-before implies host order).  The pairing is deterministic.
+   runs first (happens-before implies host order).  Among them, a scheduled node stands
+   for one whose readers read it beside the same paired values (`_Matcher._fits`): two
+   ``empty`` buffers are equal until ``copy_(buffer, a)`` fills one of them, so a node
+   that reads nothing is walked just before its first reader, after the reader's other
+   inputs (`_late_sources`).  The pairing is deterministic.
 3. A node with no original left under its key repeats one (a *twin*, the first of that key),
    or else is an *extra*.  A node reading a value that is not paired -- an extra node or a
    node of another graph, both reported on their own -- pairs with the first queued original
@@ -80,6 +84,15 @@ class _Unpaired:
 
 
 _UNPAIRED = _Unpaired()
+_SELF = "<self>"  # in a reader's key, the node whose readers are compared
+
+
+def _holds_unpaired(key: object) -> bool:
+    if key is _UNPAIRED:
+        return True
+    return isinstance(key, tuple) and any(_holds_unpaired(k) for k in key)
+
+
 _EXACT = (int, str, bool, type(None))  # equal exactly when equal, kept apart by their type
 
 
@@ -281,11 +294,37 @@ class _Matcher:
             if named is None or named not in waiting or not _writes_nothing(named):
                 named = None
             read_alike = [c for c in waiting if self.original_readers.signature(c, _DEPTH) == want]
-            chosen = named if named in read_alike or not read_alike else read_alike[0]
+            pool = read_alike or list(waiting)
+            fitting = [c for c in pool if self._fits(node, c)]
+            if fitting:
+                pool = fitting
+            elif not read_alike:
+                pool = []
+            chosen = named if named in pool or not pool else pool[0]
             if chosen is not None:
                 waiting.remove(chosen)
                 return chosen
         return waiting.popleft()
+
+    def _fits(self, node: Node, candidate: Node) -> bool:
+        """Whether every reader of ``node`` whose other inputs are all paired reads
+        ``candidate`` as it does: with the same op, at the same place, beside the same
+        values.  Two empty buffers are equal until written: the one the scheduled graph
+        fills from ``a`` stands for the original one filled from ``a``, whatever its name or
+        place (the readers' ops alone, `_Readers`, do not tell ``copy_(e, a)`` from
+        ``copy_(e, b)``)."""
+        wanted: Counter[object] = Counter()
+        for user, _ in self._compute_readers(node):
+            key = _key(user, lambda v: _SELF if self.source(v) is node else self.resolve(v), {})
+            if not _holds_unpaired(key):
+                wanted[key] += 1
+        if not wanted:
+            return True
+        own = Counter(
+            _key(user, lambda v: _SELF if _waited_value(v) is candidate else _waited_value(v), {})
+            for user, _ in _direct_readers(candidate)
+        )
+        return all(own[key] >= count for key, count in wanted.items())
 
     def _rewired(self, node: Node, key: object) -> bool:
         """Pair ``node``, which reads an unpaired value, with the first queued original node
@@ -335,7 +374,9 @@ def match_nodes(original: Graph, program: StreamProgram) -> NodeMatch:
     compute = {st.node for st in program.steps if st.kind == "compute"}
     compute.discard(program.output)
     matcher = _Matcher(original, program, compute)
-    ordered = [n for n in inputs_first(program.output.graph).nodes if n in compute]
+    ordered = _late_sources(
+        [n for n in inputs_first(program.output.graph).nodes if n in compute], matcher.source
+    )
     placeholders = _placeholders(ordered)
     for node in ordered:
         matcher.visit(node, placeholders)
@@ -347,6 +388,26 @@ def match_nodes(original: Graph, program: StreamProgram) -> NodeMatch:
     extras = tuple(sorted(matcher.unpaired, key=host.__getitem__))
     wrong = _wrong_returns(before_output, program.output, matcher.resolve)
     return NodeMatch(pairs, missing, extras, matcher.twins, wrong)
+
+
+def _late_sources(ordered: list[Node], source: Callable[[Node], Node]) -> list[Node]:
+    """``ordered`` with each node that reads nothing (``empty``, ``scalar_tensor``) moved to
+    just before its first reader, after the reader's other inputs.  A buffer is told from
+    an equal one by what its readers write into it: an engine allocates its buffers first
+    and fills them later from values computed in between, which must be paired first."""
+    held: dict[Node, None] = {}
+    found: list[Node] = []
+    for node in ordered:
+        if node.op == "call_function" and not node.all_input_nodes:
+            held[node] = None
+            continue
+        for value in node.all_input_nodes:
+            value = source(value)
+            if value in held:
+                del held[value]
+                found.append(value)
+        found.append(node)
+    return found + list(held)
 
 
 def _wrong_returns(
