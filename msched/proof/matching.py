@@ -43,7 +43,7 @@ Cost: O(nodes + arguments) dictionary work.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,7 +55,7 @@ from msched.analysis.effects import node_info, op_info
 from msched.analysis.nodes import inputs_first
 from msched.proof.program import StreamProgram
 
-__all__ = ["NodeMatch", "match_nodes"]
+__all__ = ["NodeMatch", "match_nodes", "paired_in_host_order"]
 
 
 @dataclass(frozen=True)
@@ -388,6 +388,35 @@ def match_nodes(original: Graph, program: StreamProgram) -> NodeMatch:
     extras = tuple(sorted(matcher.unpaired, key=host.__getitem__))
     wrong = _wrong_returns(before_output, program.output, matcher.resolve)
     return NodeMatch(pairs, missing, extras, matcher.twins, wrong)
+
+
+def paired_in_host_order(
+    original: Graph, wanted: list[Node], pairs: Mapping[Node, Node]
+) -> list[Node]:
+    """The scheduled nodes paired with ``wanted`` (original nodes, in their order), except
+    that nodes equal to one another (one op on equal values: two all-reduces of one tensor)
+    take their places in ``wanted`` in the scheduled graph's host order: swapping them
+    changes nothing, neither a value nor the order of operations every rank issues."""
+    own = _placeholders(original.nodes)
+    canonical: dict[Node, Node] = {}
+    first: dict[object, Node] = {}
+
+    def canon(node: Node) -> Node:
+        value = _waited_value(node)
+        return canonical.get(value, value)
+
+    for node in original.nodes:
+        if node.op != "output":
+            canonical[node] = first.setdefault(_key(node, canon, own), node)
+    paired = [n for n in wanted if n in pairs]
+    if not paired:
+        return []
+    host = {n: i for i, n in enumerate(pairs[paired[0]].graph.nodes)}
+    queues: dict[Node, list[Node]] = {}
+    for node in paired:
+        queues.setdefault(canonical.get(node, node), []).append(pairs[node])
+    ordered = {k: deque(sorted(q, key=host.__getitem__)) for k, q in queues.items()}
+    return [ordered[canonical.get(node, node)].popleft() for node in paired]
 
 
 def _late_sources(ordered: list[Node], source: Callable[[Node], Node]) -> list[Node]:
