@@ -307,23 +307,18 @@ class _Matcher:
         return waiting.popleft()
 
     def _fits(self, node: Node, candidate: Node) -> bool:
-        """Whether every reader of ``node`` whose other inputs are all paired reads
-        ``candidate`` as it does: with the same op, at the same place, beside the same
-        values.  Two empty buffers are equal until written: the one the scheduled graph
-        fills from ``a`` stands for the original one filled from ``a``, whatever its name or
-        place (the readers' ops alone, `_Readers`, do not tell ``copy_(e, a)`` from
-        ``copy_(e, b)``)."""
-        wanted: Counter[object] = Counter()
-        for user, _ in self._compute_readers(node):
-            key = _key(user, lambda v: _SELF if self.source(v) is node else self.resolve(v), {})
-            if not _holds_unpaired(key):
-                wanted[key] += 1
+        """Whether every reader of ``node`` (and every reader of those, `_DEPTH` levels)
+        whose other inputs are all paired reads ``candidate``'s as it does: with the same op,
+        at the same place, beside the same values.  Two empty buffers are equal until
+        written: the one the scheduled graph fills from ``a`` stands for the original one
+        filled from ``a``, whatever its name or place; two layers' equal constants are told
+        apart by their layers' weights, two readers down (the readers' ops alone,
+        `_Readers`, tell neither)."""
+        wanted = _reach(node, self._compute_readers, self.source, self.resolve)
+        wanted = Counter({k: n for k, n in wanted.items() if not _holds_unpaired(k)})
         if not wanted:
             return True
-        own = Counter(
-            _key(user, lambda v: _SELF if _waited_value(v) is candidate else _waited_value(v), {})
-            for user, _ in _direct_readers(candidate)
-        )
+        own = _reach(candidate, _direct_readers, _waited_value, _waited_value)
         return all(own[key] >= count for key, count in wanted.items())
 
     def _rewired(self, node: Node, key: object) -> bool:
@@ -346,6 +341,32 @@ class _Matcher:
                         queue.remove(candidate)
                 return True
         return False
+
+
+def _reach(
+    start: Node,
+    readers: Callable[[Node], list[tuple[Node, int]]],
+    source: Callable[[Node], Node],
+    resolve: Callable[[Node], object],
+) -> Counter[object]:
+    """The keys of the readers of ``start``, `_DEPTH` levels down: ``start`` stands as
+    `_SELF` in its readers' keys, a reader as its own key in its readers' keys, and every
+    other input as ``resolve`` gives it (``source`` says which value an input is)."""
+    found: Counter[object] = Counter()
+    level: list[tuple[Node, object]] = [(start, _SELF)]
+    for _ in range(_DEPTH):
+        below: list[tuple[Node, object]] = []
+        for value, marker in level:
+            for user, _ in readers(value):
+
+                def named(v: Node, value: Node = value, marker: object = marker) -> object:
+                    return marker if source(v) is value else resolve(v)
+
+                key = _key(user, named, {})
+                found[key] += 1
+                below.append((user, ("read by", key)))
+        level = below
+    return found
 
 
 def _writes_nothing(node: Node) -> bool:
@@ -394,29 +415,21 @@ def paired_in_host_order(
     original: Graph, wanted: list[Node], pairs: Mapping[Node, Node]
 ) -> list[Node]:
     """The scheduled nodes paired with ``wanted`` (original nodes, in their order), except
-    that nodes equal to one another (one op on equal values: two all-reduces of one tensor)
-    take their places in ``wanted`` in the scheduled graph's host order: swapping them
-    changes nothing, neither a value nor the order of operations every rank issues."""
+    that equal nodes (one op on the same values: two all-reduces of one tensor) take their
+    places in ``wanted`` in the scheduled graph's host order: swapping them changes neither
+    a value nor the order of operations every rank issues.  Equal means reading the same
+    nodes, not equal ones: two ``empty`` buffers are equal only until written."""
     own = _placeholders(original.nodes)
-    canonical: dict[Node, Node] = {}
-    first: dict[object, Node] = {}
-
-    def canon(node: Node) -> Node:
-        value = _waited_value(node)
-        return canonical.get(value, value)
-
-    for node in original.nodes:
-        if node.op != "output":
-            canonical[node] = first.setdefault(_key(node, canon, own), node)
+    keys = {n: _key(n, _waited_value, own) for n in wanted}
     paired = [n for n in wanted if n in pairs]
     if not paired:
         return []
     host = {n: i for i, n in enumerate(pairs[paired[0]].graph.nodes)}
-    queues: dict[Node, list[Node]] = {}
+    queues: dict[object, list[Node]] = {}
     for node in paired:
-        queues.setdefault(canonical.get(node, node), []).append(pairs[node])
+        queues.setdefault(keys[node], []).append(pairs[node])
     ordered = {k: deque(sorted(q, key=host.__getitem__)) for k, q in queues.items()}
-    return [ordered[canonical.get(node, node)].popleft() for node in paired]
+    return [ordered[keys[node]].popleft() for node in paired]
 
 
 def _late_sources(ordered: list[Node], source: Callable[[Node], Node]) -> list[Node]:

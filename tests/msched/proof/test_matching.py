@@ -296,6 +296,19 @@ def test_equal_constants_of_two_layers_pair_within_their_layer() -> None:
     assert all(o == s for o, s in pairs_by_name(original, gm).items())
 
 
+def test_equal_constants_of_two_layers_renamed_pair_within_their_layer() -> None:
+    """The same with every node renamed, as a pass may: names cannot choose, and pairing
+    the constants in host order paired layer 1's with layer 0's -- two false races.  The
+    weight each layer's attention reads, two readers down, tells them apart."""
+    original = _equal_constants_per_layer(side_first=False)
+    gm = _equal_constants_per_layer(side_first=True)
+    layer_of = {n: n.name for n in gm.graph.nodes}
+    rename_every_node(gm)
+    report = msched.verify(gm, original=original)
+    assert report.ok, report
+    assert all(o == layer_of[node_named(gm, s)] for o, s in pairs_by_name(original, gm).items())
+
+
 def _filled_buffers(*, b_first: bool, swapped: bool, computed: bool = False) -> GraphModule:
     """Two empty buffers filled from ``a`` and ``b`` and all-reduced in place, as an engine
     that preallocates its communication buffers writes it; ``b_first`` allocates ``b``'s
