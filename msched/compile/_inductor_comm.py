@@ -23,14 +23,17 @@ __all__ = ["communication", "issue_positions"]
 
 def issue_positions(graph: Any) -> dict[str, int]:
     """FX node name -> issue position (`ISSUE_META`) of every collective of the graph Inductor
-    lowers; a graph nobody stamped (or one with a collective msched never stamped: a pass
-    made it) takes its own order."""
+    lowers that msched stamped; a graph nobody stamped takes its own order.  A collective a
+    pass made (a bucket) has no position: it is not checked, but the stamped ones around it
+    still are -- were the whole graph to take its own order, a pass that made one bucket
+    and moved two other collectives would go unchecked."""
     module: Any = getattr(graph, "module", None)
     if module is None or not hasattr(module, "graph"):
         return {}
     found = [c.node for c in collectives_in(module.graph)]
-    if found and all(ISSUE_META in n.meta for n in found):
-        return {n.name: int(n.meta[ISSUE_META]) for n in found}
+    stamped = {n.name: n.meta[ISSUE_META] for n in found if isinstance(n.meta.get(ISSUE_META), int)}
+    if stamped:
+        return stamped
     return {n.name: i for i, n in enumerate(found)}
 
 

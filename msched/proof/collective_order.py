@@ -15,7 +15,8 @@ Checks, on the scheduled program read with the happens-before engine (`Clocks`):
    order (one stream, or an event between them), whatever their groups;
 2. ``collective-order``: with ``original``, the collectives are issued in the original's order
    (nodes paired by what they compute and read, as the rest of `verify` does:
-   `msched.proof.matching`; never by name, which a renaming pass changes at will).  Without
+   `msched.proof.matching`; never by name, which a renaming pass changes at will; equal
+   collectives, one op on equal values, in either order).  Without
    one, a program whose collectives say where their source issued them (``meta[ISSUE_META]``:
    Inductor's kernel order, `msched.compile.kernel_order`, whose kernels no original graph
    pairs with) is checked against that order (`stated_order`);

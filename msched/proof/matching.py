@@ -24,7 +24,11 @@ Algorithm (one pass over each graph):
    Two original nodes of one key compute the same thing from the same values: in the
    scheduled graph's host order they stand for the original's in program order, and where a
    write between them tells them apart, `verify`'s orderings check that the one paired first
-   runs first (happens-before implies host order).  The pairing is deterministic.
+   runs first (happens-before implies host order).  Among them, a scheduled node stands
+   for one whose readers read it beside the same paired values (`_Matcher._fits`): two
+   ``empty`` buffers are equal until ``copy_(buffer, a)`` fills one of them, so a node
+   that reads nothing is walked just before its first reader, after the reader's other
+   inputs (`_late_sources`).  The pairing is deterministic.
 3. A node with no original left under its key repeats one (a *twin*, the first of that key),
    or else is an *extra*.  A node reading a value that is not paired -- an extra node or a
    node of another graph, both reported on their own -- pairs with the first queued original
@@ -39,7 +43,7 @@ Cost: O(nodes + arguments) dictionary work.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +55,7 @@ from msched.analysis.effects import node_info, op_info
 from msched.analysis.nodes import inputs_first
 from msched.proof.program import StreamProgram
 
-__all__ = ["NodeMatch", "match_nodes"]
+__all__ = ["NodeMatch", "match_nodes", "paired_in_host_order"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,15 @@ class _Unpaired:
 
 
 _UNPAIRED = _Unpaired()
+_SELF = "<self>"  # in a reader's key, the node whose readers are compared
+
+
+def _holds_unpaired(key: object) -> bool:
+    if key is _UNPAIRED:
+        return True
+    return isinstance(key, tuple) and any(_holds_unpaired(k) for k in key)
+
+
 _EXACT = (int, str, bool, type(None))  # equal exactly when equal, kept apart by their type
 
 
@@ -281,11 +294,32 @@ class _Matcher:
             if named is None or named not in waiting or not _writes_nothing(named):
                 named = None
             read_alike = [c for c in waiting if self.original_readers.signature(c, _DEPTH) == want]
-            chosen = named if named in read_alike or not read_alike else read_alike[0]
+            pool = read_alike or list(waiting)
+            fitting = [c for c in pool if self._fits(node, c)]
+            if fitting:
+                pool = fitting
+            elif not read_alike:
+                pool = []
+            chosen = named if named in pool or not pool else pool[0]
             if chosen is not None:
                 waiting.remove(chosen)
                 return chosen
         return waiting.popleft()
+
+    def _fits(self, node: Node, candidate: Node) -> bool:
+        """Whether every reader of ``node`` (and every reader of those, `_DEPTH` levels)
+        whose other inputs are all paired reads ``candidate``'s as it does: with the same op,
+        at the same place, beside the same values.  Two empty buffers are equal until
+        written: the one the scheduled graph fills from ``a`` stands for the original one
+        filled from ``a``, whatever its name or place; two layers' equal constants are told
+        apart by their layers' weights, two readers down (the readers' ops alone,
+        `_Readers`, tell neither)."""
+        wanted = _reach(node, self._compute_readers, self.source, self.resolve)
+        wanted = Counter({k: n for k, n in wanted.items() if not _holds_unpaired(k)})
+        if not wanted:
+            return True
+        own = _reach(candidate, _direct_readers, _waited_value, _waited_value)
+        return all(own[key] >= count for key, count in wanted.items())
 
     def _rewired(self, node: Node, key: object) -> bool:
         """Pair ``node``, which reads an unpaired value, with the first queued original node
@@ -307,6 +341,32 @@ class _Matcher:
                         queue.remove(candidate)
                 return True
         return False
+
+
+def _reach(
+    start: Node,
+    readers: Callable[[Node], list[tuple[Node, int]]],
+    source: Callable[[Node], Node],
+    resolve: Callable[[Node], object],
+) -> Counter[object]:
+    """The keys of the readers of ``start``, `_DEPTH` levels down: ``start`` stands as
+    `_SELF` in its readers' keys, a reader as its own key in its readers' keys, and every
+    other input as ``resolve`` gives it (``source`` says which value an input is)."""
+    found: Counter[object] = Counter()
+    level: list[tuple[Node, object]] = [(start, _SELF)]
+    for _ in range(_DEPTH):
+        below: list[tuple[Node, object]] = []
+        for value, marker in level:
+            for user, _ in readers(value):
+
+                def named(v: Node, value: Node = value, marker: object = marker) -> object:
+                    return marker if source(v) is value else resolve(v)
+
+                key = _key(user, named, {})
+                found[key] += 1
+                below.append((user, ("read by", key)))
+        level = below
+    return found
 
 
 def _writes_nothing(node: Node) -> bool:
@@ -335,7 +395,9 @@ def match_nodes(original: Graph, program: StreamProgram) -> NodeMatch:
     compute = {st.node for st in program.steps if st.kind == "compute"}
     compute.discard(program.output)
     matcher = _Matcher(original, program, compute)
-    ordered = [n for n in inputs_first(program.output.graph).nodes if n in compute]
+    ordered = _late_sources(
+        [n for n in inputs_first(program.output.graph).nodes if n in compute], matcher.source
+    )
     placeholders = _placeholders(ordered)
     for node in ordered:
         matcher.visit(node, placeholders)
@@ -347,6 +409,47 @@ def match_nodes(original: Graph, program: StreamProgram) -> NodeMatch:
     extras = tuple(sorted(matcher.unpaired, key=host.__getitem__))
     wrong = _wrong_returns(before_output, program.output, matcher.resolve)
     return NodeMatch(pairs, missing, extras, matcher.twins, wrong)
+
+
+def paired_in_host_order(
+    original: Graph, wanted: list[Node], pairs: Mapping[Node, Node]
+) -> list[Node]:
+    """The scheduled nodes paired with ``wanted`` (original nodes, in their order), except
+    that equal nodes (one op on the same values: two all-reduces of one tensor) take their
+    places in ``wanted`` in the scheduled graph's host order: swapping them changes neither
+    a value nor the order of operations every rank issues.  Equal means reading the same
+    nodes, not equal ones: two ``empty`` buffers are equal only until written."""
+    own = _placeholders(original.nodes)
+    keys = {n: _key(n, _waited_value, own) for n in wanted}
+    paired = [n for n in wanted if n in pairs]
+    if not paired:
+        return []
+    host = {n: i for i, n in enumerate(pairs[paired[0]].graph.nodes)}
+    queues: dict[object, list[Node]] = {}
+    for node in paired:
+        queues.setdefault(keys[node], []).append(pairs[node])
+    ordered = {k: deque(sorted(q, key=host.__getitem__)) for k, q in queues.items()}
+    return [ordered[keys[node]].popleft() for node in paired]
+
+
+def _late_sources(ordered: list[Node], source: Callable[[Node], Node]) -> list[Node]:
+    """``ordered`` with each node that reads nothing (``empty``, ``scalar_tensor``) moved to
+    just before its first reader, after the reader's other inputs.  A buffer is told from
+    an equal one by what its readers write into it: an engine allocates its buffers first
+    and fills them later from values computed in between, which must be paired first."""
+    held: dict[Node, None] = {}
+    found: list[Node] = []
+    for node in ordered:
+        if node.op == "call_function" and not node.all_input_nodes:
+            held[node] = None
+            continue
+        for value in node.all_input_nodes:
+            value = source(value)
+            if value in held:
+                del held[value]
+                found.append(value)
+        found.append(node)
+    return found + list(held)
 
 
 def _wrong_returns(

@@ -74,7 +74,7 @@ from msched.proof.clocks import Clocks, clocks_of
 from msched.proof.collective_order import COLLECTIVE_KINDS, collective_faults, stated_order
 from msched.proof.dialects import Dialect, describe_key
 from msched.proof.interpreter import interpret
-from msched.proof.matching import match_nodes
+from msched.proof.matching import match_nodes, paired_in_host_order
 from msched.proof.program import Step, StreamProgram
 from msched.proof.record_streams import check_record_streams, scheduled_effects
 
@@ -237,7 +237,7 @@ def verify(
         expected = stated_order(clocks.order)
     else:
         root, match, known = _check_against_original(before, scheduled, program, clocks, found)
-        expected = [match[c.node] for c in collectives_in(before) if c.node in match]
+        expected = paired_in_host_order(before, [c.node for c in collectives_in(before)], match)
         may_allocate = _allocating(match, known, scheduled)
     for issue in collective_faults(clocks, expected, scheduled, found.pairs):
         found.add(issue.kind, issue.nodes, issue.message, issue.hazard, issue.streams)

@@ -369,3 +369,32 @@ def test_the_same_join_with_wait_stream_verifies() -> None:
     gm = _trace(joined_with_wait_stream, "inductor")
     assert msched.verify(gm).ok
     assert len(kernel_names(gm)) < 6  # fused: sin+add, cos+mul, add+add
+
+
+def test_a_bucket_a_pass_made_leaves_the_stamped_collectives_checked() -> None:
+    """A post-grad pass that makes one bucket (a collective msched never stamped) and moves
+    two stamped all-reduces: the graph Inductor lowers used to take its own order as a whole,
+    so the move went unchecked.  The stamped ones keep their positions; the bucket has none."""
+    from types import SimpleNamespace
+
+    from torch.fx import Graph, GraphModule
+
+    from msched.compile._inductor_comm import issue_positions
+    from msched.compile.final_order import ISSUE_META
+
+    fc = torch.ops._c10d_functional
+    g = Graph()
+    x = g.placeholder("x")
+    made = {}
+    for name, stamp in (("ar_b", 1), ("ar_a", 0), ("bucket", None)):
+        made[name] = g.create_node(
+            "call_function", fc.all_reduce.default, (x, "sum", "0"), name=name
+        )
+        if stamp is not None:
+            made[name].meta[ISSUE_META] = stamp
+    g.output(tuple(g.call_function(fc.wait_tensor.default, (n,)) for n in made.values()))
+    lowered = SimpleNamespace(module=GraphModule(torch.nn.Module(), g))
+    assert issue_positions(lowered) == {"ar_b": 1, "ar_a": 0}
+    for node in made.values():
+        node.meta.pop(ISSUE_META, None)
+    assert issue_positions(lowered) == {"ar_b": 0, "ar_a": 1, "bucket": 2}  # nobody stamped

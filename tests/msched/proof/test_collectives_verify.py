@@ -292,3 +292,32 @@ def test_the_torch_dialect_reads_collectives_too() -> None:
     assert kinds(report) == [("collective-order", None)], str(report)
     assert report.violations[0].nodes == ("ar_a", "ar_b")
     assert msched.verify(torch_streams_program(joined=True), dialect="torch").ok
+
+
+def two_equal_all_reduces(crossed: bool, twice: bool = False) -> GraphModule:
+    """Two all-reduces of one tensor ``x``, one result read by a projection and the other by
+    a relu; ``crossed`` swaps which wait each reads (the same values), ``twice`` makes the
+    second all-reduce reduce ``2 * x`` instead (then the swap is a real reorder)."""
+    s = Scheduled()
+    x, w = s.input("x"), s.input("w")
+    second = s.op("double", aten.mul.Tensor, x, 2) if twice else x
+    r1 = s.op("r1", FC.all_reduce.default, x, "sum", "tp")
+    r2 = s.op("r2", FC.all_reduce.default, second, "sum", "tp")
+    w1, w2 = s.op("w1", FC.wait_tensor.default, r1), s.op("w2", FC.wait_tensor.default, r2)
+    if crossed:
+        w1, w2 = w2, w1
+    return s.done((s.op("proj", aten.mm.default, w1, w), s.op("act", aten.relu.default, w2)))
+
+
+def test_equal_collectives_read_crosswise_keep_their_order() -> None:
+    """Two all-reduces of one tensor are one value: a graph reading them crosswise issues
+    the same operations in the same order, though its readers pair the second issue with
+    the first original all-reduce.  That was a false collective-order."""
+    report = msched.verify(two_equal_all_reduces(crossed=True), two_equal_all_reduces(False))
+    assert report.ok, str(report)
+    original = two_equal_all_reduces(crossed=False, twice=True)
+    swapped = two_equal_all_reduces(crossed=False, twice=True)
+    r1, r2 = node_named(swapped, "r1"), node_named(swapped, "r2")
+    r1.prepend(r2)
+    swapped.recompile()
+    assert kinds(msched.verify(swapped, original)) == [("collective-order", None)]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.fx import GraphModule, Node
 
@@ -293,3 +294,71 @@ def test_equal_constants_of_two_layers_pair_within_their_layer() -> None:
     report = msched.verify(gm, original=original)
     assert report.ok, report
     assert all(o == s for o, s in pairs_by_name(original, gm).items())
+
+
+def test_equal_constants_of_two_layers_renamed_pair_within_their_layer() -> None:
+    """The same with every node renamed, as a pass may: names cannot choose, and pairing
+    the constants in host order paired layer 1's with layer 0's -- two false races.  The
+    weight each layer's attention reads, two readers down, tells them apart."""
+    original = _equal_constants_per_layer(side_first=False)
+    gm = _equal_constants_per_layer(side_first=True)
+    layer_of = {n: n.name for n in gm.graph.nodes}
+    rename_every_node(gm)
+    report = msched.verify(gm, original=original)
+    assert report.ok, report
+    assert all(o == layer_of[node_named(gm, s)] for o, s in pairs_by_name(original, gm).items())
+
+
+def _filled_buffers(*, b_first: bool, swapped: bool, computed: bool = False) -> GraphModule:
+    """Two empty buffers filled from ``a`` and ``b`` and all-reduced in place, as an engine
+    that preallocates its communication buffers writes it; ``b_first`` allocates ``b``'s
+    buffer first (harmless), ``swapped`` reduces ``b``'s buffer first and returns the results
+    in each other's place (wrong twice: another issue order, other outputs).  ``computed``
+    fills them with ``a @ w`` and ``b @ w``, computed after both buffers are allocated."""
+    s = Scheduled()
+    a, b, w = s.input("a"), s.input("b"), s.input("w")
+    empty = aten.empty.memory_format
+    if b_first:
+        eb, ea = s.op("buf_b", empty, [4, 4]), s.op("buf_a", empty, [4, 4])
+    else:
+        ea, eb = s.op("buf_a", empty, [4, 4]), s.op("buf_b", empty, [4, 4])
+    if computed:
+        a, b = s.op("proj_a", aten.mm.default, a, w), s.op("proj_b", aten.mm.default, b, w)
+    s.op("fill_a", aten.copy_.default, ea, a)
+    s.op("fill_b", aten.copy_.default, eb, b)
+    order = [("sum_b", eb), ("sum_a", ea)] if swapped else [("sum_a", ea), ("sum_b", eb)]
+    sums = {n: s.op(n, FC.all_reduce_.default, e, "sum", "tp") for n, e in order}
+    got_a = s.op("got_a", FC.wait_tensor.default, sums["sum_a"])
+    got_b = s.op("got_b", FC.wait_tensor.default, sums["sum_b"])
+    return s.done((got_b, got_a) if swapped else (got_a, got_b))
+
+
+@pytest.mark.parametrize("computed", [False, True])
+def test_empty_buffers_pair_by_what_fills_them(computed: bool) -> None:
+    """Two ``empty`` nodes are equal until written: paired by host order (or by name), the
+    buffer filled from ``b`` stood for the original one filled from ``a``.  A correct graph
+    that only allocates in another order then failed (a false collective-order and false
+    wrong returns), and the graph that swaps both the issue order and the returns verified.
+    With ``computed`` the values that tell the buffers apart are made after both buffers."""
+    original = _filled_buffers(b_first=False, swapped=False, computed=computed)
+    moved = _filled_buffers(b_first=True, swapped=False, computed=computed)
+    rename_every_node(moved)
+    report = msched.verify(moved, original=original)
+    assert report.ok, report
+    wrong = _filled_buffers(b_first=True, swapped=True, computed=computed)
+    rename_every_node(wrong)
+    report = msched.verify(wrong, original=original)
+    assert "collective-order" in [v.kind for v in report.violations], report
+    assert "missing-node" in [v.kind for v in report.violations], report
+
+
+def test_empty_buffers_named_crosswise_pair_by_what_fills_them() -> None:
+    """The same by names: each buffer named as the other, both equal and written by
+    nothing themselves, so names chose between them."""
+    original = _filled_buffers(b_first=False, swapped=False)
+    for swapped in (False, True):
+        gm = _filled_buffers(b_first=False, swapped=swapped)
+        swap_names(node_named(gm, "buf_a"), node_named(gm, "buf_b"))
+        gm.recompile()
+        report = msched.verify(gm, original=original)
+        assert report.ok is not swapped, report
