@@ -138,12 +138,12 @@ def sharded_run(
     }
 
 
-def issued(piece: Any) -> list[tuple[str, str | None]]:
-    """The collectives a piece issues, in its order, with their groups: of Inductor's final
-    kernel order (by issue position) or of the scheduled graph (``compiler="fx"``)."""
+def issued(piece: Any) -> list[tuple[str, str | None, str]]:
+    """The collectives a piece issues, in its order: op, group and node name, of Inductor's
+    final kernel order (by issue position) or of the scheduled graph (``compiler="fx"``)."""
     if piece.kernel_order is not None:
         found = collectives_in(piece.kernel_order.graph)
         found.sort(key=lambda c: c.node.meta.get("msched_issue", 0))
     else:
         found = collectives_in(piece.gm.graph)
-    return [(c.op.removesuffix("_"), c.group) for c in found]
+    return [(c.op.removesuffix("_"), c.group, c.node.name) for c in found]
