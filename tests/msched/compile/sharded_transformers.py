@@ -29,7 +29,8 @@ from msched.analysis.collectives import collectives_in
 from tests.msched.compile import transformers_models as models
 
 #: The projections each sharding splits: by output features (column), by input (row).
-COLUMN = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj")
+COLUMN = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj",
+          "mlp.up_proj")  # fmt: skip
 ROW = ("self_attn.o_proj", "mlp.down_proj")
 SHARDINGS = ("hand", "dtensor")
 
@@ -40,8 +41,8 @@ class ColumnLinear(nn.Module):
     def __init__(self, linear: nn.Linear, rank: int, world_size: int) -> None:
         super().__init__()
         self.weight = nn.Parameter(linear.weight.detach().chunk(world_size, 0)[rank].clone())
-        bias = linear.bias
-        self.bias = None if bias is None else nn.Parameter(bias.detach().chunk(world_size)[rank].clone())
+        bias = linear.bias  # Qwen2's q/k/v have one
+        self.bias = bias if bias is None else nn.Parameter(bias.detach().chunk(world_size)[rank])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return nn.functional.linear(x, self.weight, self.bias)

@@ -35,7 +35,7 @@ pytestmark = [
     pytest.mark.slow,
 ]
 
-FAMILIES = ("llama", "qwen2")
+FAMILIES = models.chosen(("llama", "qwen2"))  # ``MSCHED_REAL_MODELS`` chooses, too
 BUILDS = {"whole": False, "piecewise": True}
 
 
