@@ -18,7 +18,6 @@ Every build costs Inductor's C++ compile on CPU: all are in the slow tier.
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import pytest
 import torch
@@ -44,10 +43,8 @@ pytestmark = [
 
 #: (streams, piecewise) of the two builds of every model.
 BUILDS = {"whole": (3, False), "piecewise": (2, True)}
-#: ``MSCHED_REAL_MODELS=gemma,phi`` builds only those models (``.ci/run`` builds all of them
-#: on torch 2.13 and on 2.15, the newest tested release, in one run with its default tier).
-ONLY = [n for n in os.environ.get("MSCHED_REAL_MODELS", "").split(",") if n]
-NAMES = tuple(n for n in models.NAMES if not ONLY or n in ONLY)
+#: The models to build (`models.ONLY`: ``MSCHED_REAL_MODELS=gemma,phi`` builds those only).
+NAMES = models.chosen(models.NAMES)
 
 
 def _clone(values):
