@@ -118,11 +118,12 @@ def test_each_command_takes_a_dialect_by_name(
 @pytest.mark.parametrize(
     ("given", "problem"),
     [
-        ("no_such_engine", "unknown dialect 'no_such_engine': known dialects are 'msched', "),
+        ("no_such_engine", "unknown dialect 'no_such_engine'; give a dialect name (msched, "),
+        ("trtlm", "unknown dialect 'trtlm' (did you mean 'trtllm'?); give a dialect name "),
         ("no_such_module_xyz:DIALECT", "cannot import no_such_module_xyz (ModuleNotFoundError: "),
         ("{mod}:MISSING", "{mod} has no attribute 'MISSING'"),
         ("{mod}:Engine.MISSING", "{mod}.Engine has no attribute 'MISSING'"),
-        ("{mod}:NOT_A_DIALECT", "{mod}:NOT_A_DIALECT is a int, not a msched.Dialect"),
+        ("{mod}:NOT_A_DIALECT", "{mod}:NOT_A_DIALECT is an int, not a msched.Dialect"),
         ("{mod}:engine", "{mod}:engine is a function, not a msched.Dialect"),
         ("{mod}:", "expected package.module:attribute"),
     ],
