@@ -207,3 +207,27 @@ def test_an_unreadable_pt2_file_is_one_line_without_torchs_traceback(tmp_path: P
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("msched schedule: error: --graph ")
     assert "cannot load it" in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_a_pt2_file_with_an_unregistered_op_says_which_and_how_to_register_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An engine's .pt2 uses its own ops; loaded without importing their module, torch says
+    only "check the warnings above", and msched holds that warning back."""
+    lib = torch.library.Library("msched_test_unloaded", "DEF")
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.impl("twice", lambda x: x * 2, "CompositeExplicitAutograd")
+
+    class Twice(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.ops.msched_test_unloaded.twice(x) + 1
+
+    torch.export.save(torch.export.export(Twice(), (torch.ones(2),)), tmp_path / "g.pt2")
+    lib._destroy()  # as in a process that did not import the engine
+    code, out, err = run(["svg", "--graph", str(tmp_path / "g.pt2"), "--as-is"], capsys)
+    assert code == 2 and out == ""
+    assert (
+        "cannot load it: it uses torch.ops.msched_test_unloaded.twice.default, which is not "
+        "registered in this process; import the module that registers it before the graph "
+        "loads: --dialect package.module:attribute imports its module first" in err
+    )
