@@ -165,7 +165,7 @@ def _fields(data: object) -> dict[str, Any]:
 
 def _check_version(version: object) -> None:
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise InvalidArgumentError(f"bad version {version!r}")
+        raise InvalidArgumentError(f"'version' must be an int from 1 to {VERSION}, got {version!r}")
     if version > VERSION:
         raise InvalidArgumentError(
             f"version {version} is newer than this msched reads ({VERSION}); upgrade msched"

@@ -228,7 +228,8 @@ def test_a_version_1_file_loads_with_no_overhead_and_saves_as_the_current_versio
     [
         ({"format": "something-else"}, "not an msched cost file"),
         ({"version": VERSION + 1}, f"version {VERSION + 1} is newer than this msched reads"),
-        ({"version": "1"}, "bad version '1'"),
+        ({"version": "1"}, f"'version' must be an int from 1 to {VERSION}, got '1'"),
+        ({"version": None}, f"'version' must be an int from 1 to {VERSION}, got None"),
         ({"unit": "ms"}, "unit 'ms', expected 'us'"),
         ({"repeats": 0}, "'repeats' must be an int >= 1"),
         ({"device": None}, "'device' must be a string"),
