@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import TextIO
 
 from msched.cli.options import (
-    COST_MODELS,
     DEFAULT_STACK,
     Parser,
     StackOptions,
     add_dialect_arg,
+    cost_option,
     dialect_option,
     given_options,
     layer_count,
@@ -92,7 +92,12 @@ def _diff_parser() -> Parser:
     p.add_argument(
         "--streams", type=stream_count, metavar="S", help=f"streams (default {default.streams})"
     )
-    p.add_argument("--cost", choices=COST_MODELS, help=f"cost model (default {default.cost})")
+    p.add_argument(
+        "--cost",
+        type=cost_option,
+        metavar="table|roofline|FILE.json",
+        help=f"cost model (default {default.cost})",
+    )
     add_dialect_arg(p, "a .pt2 graph")
     return p
 

@@ -231,3 +231,29 @@ def test_a_pt2_file_with_an_unregistered_op_says_which_and_how_to_register_it(
         "registered in this process; import the module that registers it before the graph "
         "loads: --dialect package.module:attribute imports its module first" in err
     )
+
+
+def test_cost_takes_a_measured_cost_file_and_schedules_as_the_library_does(
+    graphs_module: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The workflow of docs/costs.md: costs measured once, saved, and scheduled with in CI."""
+    import importlib
+
+    from msched.pictures import render_text
+
+    graphs = importlib.import_module(graphs_module)
+    model, inputs = graphs.with_inputs()
+    with torch.no_grad():
+        measured = msched.measure_costs(torch.fx.symbolic_trace(model), inputs, repeats=2)
+    measured.save(tmp_path / "costs.json")
+    loaded = msched.MeasuredCostModel.load(tmp_path / "costs.json")
+    expected = render_text(msched.schedule(graphs.traced(), 2, loaded), loaded)
+    args = ["schedule", "--graph", f"{graphs_module}:traced", "--streams", "2", "--cost"]
+    code, out, err = run([*args, str(tmp_path / "costs.json")], capsys)
+    assert code == 0, err
+    assert out == expected
+    code, out, err = run([*args, str(tmp_path / "missing.json")], capsys)
+    assert code == 2 and out == ""
+    assert f"--cost {tmp_path / 'missing.json'}: cannot read the cost file" in err
+    code, out, err = run([*args, "measured"], capsys)
+    assert code == 2 and "expected table, roofline or a cost file saved by" in err
