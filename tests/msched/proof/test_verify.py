@@ -284,14 +284,17 @@ def test_bad_input_raises_clear_errors() -> None:
     gm = s.done(x)
     with pytest.raises(
         msched.InvalidGraphError,
-        match=r"wait_event node 'wait_event\w*' takes a literal int, got 1.5",
+        match=r"wait_event node 'wait_event\w*' takes a literal int as argument 0 \(event\), "
+        r"got 1.5",
     ):
         msched.verify(gm)
 
     s = Scheduled()
     x = s.input("x")
     s.wait(x)
-    with pytest.raises(msched.InvalidGraphError, match="takes a literal int, got x"):
+    with pytest.raises(
+        msched.InvalidGraphError, match=r"takes a literal int as argument 0 \(event\), got x"
+    ):
         msched.verify(s.done(x))
 
     s = Scheduled()
