@@ -2,9 +2,10 @@
 
 `counted` writes ``1 violation`` / ``2 violations``; `listed` writes ``a``, ``a and b``,
 ``a, b and c``; `agreeing` picks the verb form for a subject of one or more items (``is`` /
-``are``).  A message that formats a count or a list of names uses them, so that "capture_1 and
-capture_3 are emitted" never reads "capture_1, capture_3 is emitted" and no message falls
-back on "violation(s)".
+``are``); `articled` puts "a" or "an" before a noun (``an int``, ``a function``).  A message
+that formats a count or a list of names uses them, so that "capture_1 and capture_3 are
+emitted" never reads "capture_1, capture_3 is emitted" and no message falls back on
+"violation(s)".
 """
 
 from __future__ import annotations
@@ -29,4 +30,11 @@ def agreeing(count: int, singular: str, plural: str) -> str:
     return singular if count == 1 else plural
 
 
-__all__ = ["agreeing", "counted", "listed"]
+def articled(noun: str) -> str:
+    """``noun`` after its indefinite article, by its first letter: ``an int``, ``an
+    OpOverload``, ``a function`` (type names, which rarely start with a silent or long
+    vowel)."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
+__all__ = ["agreeing", "articled", "counted", "listed"]

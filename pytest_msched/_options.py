@@ -290,10 +290,12 @@ def import_path(text: str, what: str = "function") -> Any:
 
 def parse_scheduler(text: str) -> Scheduler:
     """The callable ``package.module:function`` names; `ValueError` when there is none."""
+    from msched._text import articled
+
     scheduler = import_path(text)
     if not callable(scheduler):
         raise ValueError(
-            f"{text.strip()} is a {type(scheduler).__name__}, not a callable "
+            f"{text.strip()} is {articled(type(scheduler).__name__)}, not a callable "
             "scheduler(gm, num_streams)"
         )
     return scheduler
@@ -304,12 +306,12 @@ def parse_dialect(text: str) -> Dialect:
     built-in dialect name or an op namespace with the stream ops; `ValueError` otherwise
     (`msched.proof.dialect_names.dialect_from_text`, as ``msched --dialect`` reads it)."""
     from msched.errors import InvalidArgumentError
-    from msched.proof.dialect_names import dialect_from_text
+    from msched.proof.dialect_names import DIALECT_TEXT_HELP, dialect_from_text
 
     try:
         return dialect_from_text(text)
     except InvalidArgumentError as error:
-        raise ValueError(str(error)) from None
+        raise ValueError(f"{error}; give {DIALECT_TEXT_HELP}") from None
 
 
 def check_dump_dir(path: Path) -> Path:

@@ -104,7 +104,8 @@ def assert_captures_precede_output(
         _fail(
             f"{_subject(gm, late, read)} {agreeing(len(late), 'is', 'are')} emitted after "
             f"output: in the recompiled module {'it follows' if one else 'they follow'} "
-            f"`return` and never {agreeing(len(late), 'runs', 'run')}\n"
+            f"`return` and never {agreeing(len(late), 'runs', 'run')}: move "
+            f"{'it' if one else 'them'} before output\n"
             + excerpt(gm, [*late, _output(gm)], dialect=read)
         )
 
@@ -136,7 +137,8 @@ def _check_code_order(gm: GraphModule, nodes: list[Node], dialect: Dialect) -> N
     if late:
         _fail(
             f"{_subject(gm, late, dialect)} {agreeing(len(late), 'comes', 'come')} after "
-            f"`return` in the recompiled code and never {agreeing(len(late), 'runs', 'run')}:\n"
+            f"`return` in the recompiled code and never {agreeing(len(late), 'runs', 'run')}: "
+            f"move {agreeing(len(late), 'it', 'them')} before output\n"
             + "\n".join(f"    {code[i]}" for i in sorted({ret, *(lines[n] or 0 for n in late)}))
             + "\n"
             + excerpt(gm, [*late, _output(gm)], dialect=dialect)

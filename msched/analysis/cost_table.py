@@ -22,6 +22,7 @@ from typing import Any
 
 from torch.fx import Graph, GraphModule, Node
 
+from msched._text import agreeing, counted
 from msched._torch_internals import OpOverload, OpOverloadPacket
 from msched.analysis._modules import called_module
 from msched.analysis.cost import CostModel, DefaultCostModel, _setting, check_cost_model
@@ -170,7 +171,9 @@ class TableCostModel:
             hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
             lines.append(f"  {key!r}{hint}")
         raise InvalidArgumentError(
-            f"{len(missing)} cost key(s) match no node of the graph:\n" + "\n".join(lines)
+            f"{counted(len(missing), 'cost key')} "
+            f"{agreeing(len(missing), 'matches', 'match')} no node of the graph:\n"
+            + "\n".join(lines)
         )
 
 

@@ -165,7 +165,7 @@ def _fields(data: object) -> dict[str, Any]:
 
 def _check_version(version: object) -> None:
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise InvalidArgumentError(f"bad version {version!r}")
+        raise InvalidArgumentError(f"'version' must be an int from 1 to {VERSION}, got {version!r}")
     if version > VERSION:
         raise InvalidArgumentError(
             f"version {version} is newer than this msched reads ({VERSION}); upgrade msched"
@@ -224,6 +224,11 @@ def measure_costs(
     _check_counts(warmup, repeats)
     if not isinstance(gm, GraphModule):
         raise InvalidArgumentError(f"measure_costs needs a GraphModule, got {type(gm).__name__}")
+    if not isinstance(inputs, (list, tuple)):  # a lone tensor would be unpacked by its rows
+        raise InvalidArgumentError(
+            "measure_costs needs the graph's inputs as a tuple or list (one item per input), "
+            f"got {type(inputs).__name__}: write (x,) for one input"
+        )
     where = _device_of(gm, inputs) if device is None else torch.device(device)
     if device is not None:
         gm.to(where)

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import TextIO
 
 from msched.cli.options import (
-    COST_MODELS,
     DEFAULT_STACK,
     Parser,
     StackOptions,
     add_dialect_arg,
+    cost_option,
     dialect_option,
     given_options,
     layer_count,
@@ -32,7 +32,7 @@ from msched.cli.options import (
     stack_options,
     stream_count,
 )
-from msched.cli.stack import build_stack
+from msched.cli.stack import build_stack, named_cost_model
 from msched.compile.tracing import trace_streams
 from msched.errors import UsageError
 from msched.models.loading import load_graph
@@ -92,7 +92,12 @@ def _diff_parser() -> Parser:
     p.add_argument(
         "--streams", type=stream_count, metavar="S", help=f"streams (default {default.streams})"
     )
-    p.add_argument("--cost", choices=COST_MODELS, help=f"cost model (default {default.cost})")
+    p.add_argument(
+        "--cost",
+        type=cost_option,
+        metavar="table|roofline|FILE.json",
+        help=f"cost model (default {default.cost})",
+    )
     add_dialect_arg(p, "a .pt2 graph")
     return p
 
@@ -105,6 +110,7 @@ class _DiffSide:
     file: Path | None
     stack: StackOptions | None
     dialect: str | None = None
+    cost: str | None = None  # the --cost that prices a .pt2 graph (a stack has its own)
 
     @property
     def graph(self) -> bool:
@@ -124,11 +130,11 @@ def _diff_sides(argv: Sequence[str]) -> tuple[_DiffSide, _DiffSide]:
         return _checked_dialects(left, right)
     args = parser.parse_args(argv)
     options, dialect = given_options(args), args.dialect
-    if len(args.files) == 2 and not options:
-        a, b = (_DiffSide(Path(f), None, dialect) for f in args.files)
+    if len(args.files) == 2 and set(options) <= {"cost"}:
+        a, b = (_DiffSide(Path(f), None, dialect, options.get("cost")) for f in args.files)
         return _checked_dialects(a, b)
     if len(args.files) == 1 and options:
-        a = _DiffSide(Path(args.files[0]), None, dialect)
+        a = _DiffSide(Path(args.files[0]), None, dialect, options.get("cost"))
         return _checked_dialects(a, _DiffSide(None, stack_options(options), dialect))
     if len(args.files) > 2 or (len(args.files) == 2 and options):
         raise UsageError("give two schedules: two files, a file and stack options, or 'vs'")
@@ -139,14 +145,15 @@ def _diff_sides(argv: Sequence[str]) -> tuple[_DiffSide, _DiffSide]:
 
 
 def _one_side(args: argparse.Namespace, left: _DiffSide | None, where: str) -> _DiffSide:
-    """One side of ``vs``; the side after it takes the stack options and the ``--dialect``
-    it does not give from ``left``."""
+    """One side of ``vs``; the side after it takes the stack options, the ``--dialect`` and
+    the ``--cost`` it does not give from ``left``."""
     options = given_options(args)
-    if len(args.files) > 1 or (args.files and options):
+    if len(args.files) > 1 or (args.files and not set(options) <= {"cost"}):
         raise UsageError(f"{where}: give one file or stack options, not both")
     dialect = args.dialect if args.dialect is not None or left is None else left.dialect
+    cost = options.get("cost", left.cost if left is not None else None)
     if args.files:
-        return _DiffSide(Path(args.files[0]), None, dialect)
+        return _DiffSide(Path(args.files[0]), None, dialect, cost)
     base = left.stack if left is not None and left.stack is not None else DEFAULT_STACK
     return _DiffSide(None, stack_options(options, base), dialect)
 
@@ -159,6 +166,12 @@ def _checked_dialects(a: _DiffSide, b: _DiffSide) -> tuple[_DiffSide, _DiffSide]
             "--dialect reads the stream ops of a scheduled graph: give one saved with "
             "torch.export.save (.pt2) as a side"
         )
+    for side in (a, b):
+        if side.cost is not None and side.file is not None and not side.graph:
+            raise UsageError(
+                f"--cost prices a scheduled graph (.pt2) or a stack; {side.file} is a "
+                "schedule's text, which keeps the costs it was written with"
+            )
     return a, b
 
 
@@ -166,7 +179,8 @@ def _read_side(side: _DiffSide) -> ParsedSchedule:
     if side.graph:
         assert side.file is not None
         dialect = dialect_option(side.dialect)  # first: an engine's module registers its ops
-        return parsed(load_graph(str(side.file), trace_streams), dialect=dialect)
+        model = named_cost_model(side.cost) if side.cost is not None else None
+        return parsed(load_graph(str(side.file), trace_streams), model, dialect=dialect)
     if side.file is not None:
         try:
             text = side.file.read_text(encoding="utf-8")

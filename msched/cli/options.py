@@ -40,6 +40,7 @@ class StackOptions:
 DEFAULT_STACK = StackOptions()
 STACK_OPTIONS = tuple(f.name for f in fields(StackOptions))
 COST_MODELS = ("table", "roofline")
+COST_HELP = "table, roofline or a cost file saved by msched.MeasuredCostModel.save (FILE.json)"
 
 
 class Parser(argparse.ArgumentParser):
@@ -75,6 +76,14 @@ def stream_count(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"expected a stream count from 1 to {MAX_STREAMS}, got {text!r}"
         ) from None
+
+
+def cost_option(text: str) -> str:
+    """``--cost``: a built-in model's name (`COST_MODELS`) or the path of a cost file that
+    `msched.MeasuredCostModel.save` wrote (``.json``; read by `msched.cli.stack`)."""
+    if text in COST_MODELS or text.endswith(".json"):
+        return text
+    raise argparse.ArgumentTypeError(f"expected {COST_HELP}, got {text!r}")
 
 
 def layer_list(text: str) -> tuple[int, ...]:
@@ -127,9 +136,11 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--cost",
-        choices=COST_MODELS,
+        type=cost_option,
         default=DEFAULT_STACK.cost,
-        help="cost model: op table (default) or roofline estimate from shapes",
+        metavar="table|roofline|FILE.json",
+        help="cost model: op table (default), roofline estimate from shapes, or the costs "
+        "measured on your hardware (msched.measure_costs), saved to FILE.json",
     )
     add_dialect_arg(p, "--graph")
 

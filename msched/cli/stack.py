@@ -17,7 +17,9 @@ from typing import TextIO
 
 import msched
 from msched.analysis.cost import CostModel, DefaultCostModel, RooflineCostModel
+from msched.analysis.measured import MeasuredCostModel
 from msched.cli.options import StackOptions
+from msched.errors import InvalidArgumentError, UsageError, one_line
 from msched.models.decoders import DecoderStack, decoder_stack
 from msched.scheduling.pipeline import Schedule
 
@@ -60,7 +62,13 @@ class Scheduled:
 
 
 def named_cost_model(name: str) -> CostModel:
-    """The cost model ``--cost NAME`` names (`msched.cli.options.COST_MODELS`)."""
+    """The cost model ``--cost NAME`` names (`msched.cli.options.COST_MODELS`), or the one
+    a ``.json`` cost file holds (a file that does not load is a `UsageError` saying why)."""
+    if name.endswith(".json"):
+        try:
+            return MeasuredCostModel.load(name)
+        except InvalidArgumentError as error:
+            raise UsageError(f"--cost {name}: {one_line(error)}") from None
     return RooflineCostModel() if name == "roofline" else DefaultCostModel()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -97,29 +98,64 @@ def _exported_module(program: Any) -> GraphModule:
 
 
 @contextlib.contextmanager
-def _quiet_export_log() -> Iterator[None]:
+def _quiet_export_log() -> Iterator[list[str]]:
     """``torch.export.load`` logs a file it cannot read as a warning with its traceback,
-    then fails; the one-line error msched raises says it, so the warning is held back."""
+    then fails with "check the warnings above"; the one-line error msched raises says what
+    went wrong instead, so the warning is held back, and its messages are yielded."""
     log = logging.getLogger("torch.export")
-    level = log.level
-    log.setLevel(logging.ERROR)
+    held: list[str] = []
+    handler = _Holder(held)
+    saved = log.handlers, log.level, log.propagate  # torch's handler is on this logger
+    log.handlers, log.propagate = [handler], False
+    log.setLevel(logging.WARNING)
     try:
-        yield
+        yield held
     finally:
-        log.setLevel(level)
+        log.handlers, _, log.propagate = saved
+        log.setLevel(saved[1])
+
+
+class _Holder(logging.Handler):
+    def __init__(self, held: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.held = held
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # The error is in the traceback torch logs with the record (exc_info=True).
+        self.held.append(self.format(record))
+
+
+# How torch.export.load says that a node's op is not registered in this process.
+_UNRESOLVED_OP = re.compile(r"failed to resolve (torch\.ops\.[\w.]+) to an operator")
+
+
+def _load_failure(path: Path, error: Exception, held: list[str]) -> UsageError:
+    """The usage error for a file that did not load: an op it uses that is not registered
+    (an engine's own op, whose module was not imported) is named, with the way to register
+    it; else torch's error."""
+    for message in held:
+        unresolved = _UNRESOLVED_OP.search(message)
+        if unresolved:
+            return UsageError(
+                f"--graph {path}: cannot load it: it uses {unresolved.group(1)}, which is not "
+                "registered in this process; import the module that registers it before the "
+                "graph loads: --dialect package.module:attribute imports its module first, "
+                "or give --graph as module:function of a module that imports it"
+            )
+    return UsageError(f"--graph {path}: cannot load it: {one_line(error)}; {GRAPH_SPEC_HELP}")
 
 
 def _graph_from_file(path: Path) -> GraphModule:
     """A GraphModule from ``torch.export.save`` (``.pt2``) or ``torch.save`` (a pickle)."""
+    held: list[str] = []
     try:
         if path.suffix == ".pt2":
-            with _quiet_export_log():
+            with _quiet_export_log() as held:
                 program = torch.export.load(path)
             return _exported_module(program)
         value = torch.load(path, weights_only=False)
     except Exception as error:
-        raise UsageError(f"--graph {path}: cannot load it: {one_line(error)}; "
-                         f"{GRAPH_SPEC_HELP}") from None  # fmt: skip
+        raise _load_failure(path, error, held) from None
     if not isinstance(value, GraphModule):
         raise UsageError(
             f"--graph {path} holds a {type(value).__name__}, not a torch.fx.GraphModule; "

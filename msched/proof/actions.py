@@ -107,6 +107,7 @@ def int_argument(node: Node, index: int, op: str, name: str | None = None) -> in
     For readers: raises `msched.InvalidGraphError` naming the node and its ``op`` (for
     example ``"wait_event"``) when the argument is missing, not an int literal, or negative.
     """
+    which = f"argument {index}" + (f" ({name})" if name else "")
     if len(node.args) > index:
         value = node.args[index]
     elif name is not None and name in node.kwargs:
@@ -114,19 +115,17 @@ def int_argument(node: Node, index: int, op: str, name: str | None = None) -> in
     elif len(node.args) + len(node.kwargs) > index:
         value = (tuple(node.args) + tuple(node.kwargs.values()))[index]
     else:
-        raise InvalidGraphError(
-            f"{op} node {node.name!r} has no argument {index}", nodes=(node.name,)
-        )
+        raise InvalidGraphError(f"{op} node {node.name!r} has no {which}", nodes=(node.name,))
     if is_literal_id(value):
         return value
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidGraphError(
-            f"{op} node {node.name!r} takes a literal int, got {value!r}; stream and event "
-            "ids must be constants in the graph",
+            f"{op} node {node.name!r} takes a literal int as {which}, got {value!r}; stream "
+            "and event ids must be constants in the graph",
             nodes=(node.name,),
         )
     raise InvalidGraphError(
-        f"{op} node {node.name!r} has a negative id {value}", nodes=(node.name,)
+        f"{op} node {node.name!r} has a negative id {value} as {which}", nodes=(node.name,)
     )
 
 

@@ -9,11 +9,13 @@ with `dialect_from_text`; each says in its own words which option was wrong.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from typing import Any
 
+from msched._text import articled
 from msched.errors import InvalidArgumentError
-from msched.proof.dialects import Dialect, as_dialect
+from msched.proof.dialects import Dialect, as_dialect, builtin_dialects
 
 __all__ = ["DIALECT_TEXT_HELP", "dialect_from_text", "import_attribute"]
 
@@ -35,10 +37,20 @@ def dialect_from_text(text: str) -> Dialect:
         dialect = import_attribute(text, "attribute")
         if not isinstance(dialect, Dialect):
             raise InvalidArgumentError(
-                f"{text} is a {type(dialect).__name__}, not a msched.Dialect"
+                f"{text} is {articled(type(dialect).__name__)}, not a msched.Dialect"
             )
         return dialect
-    return as_dialect(text)
+    try:
+        return as_dialect(text)
+    except InvalidArgumentError:
+        # as_dialect's message advises msched.Dialect(...), an object no text can be; the
+        # tool that reads the text says which forms it takes.
+        raise InvalidArgumentError(f"unknown dialect {text!r}{_did_you_mean(text)}") from None
+
+
+def _did_you_mean(text: str) -> str:
+    close = difflib.get_close_matches(text, list(builtin_dialects()), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def import_attribute(text: str, what: str) -> Any:

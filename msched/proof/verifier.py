@@ -318,8 +318,9 @@ def _check_stream_ids(program: StreamProgram, num_streams: int | None, found: _F
         found.add(
             "bad-stream",
             [program.output.name],
-            f"output is issued on stream {s}, not on the caller's stream 0: "
-            "switch back to stream 0 (set_stream(0)) before output",
+            f"output is issued on stream {s}, not on the caller's stream 0: before output, "
+            f"switch back to stream 0 and wait there for an event recorded after stream {s}'s "
+            "last node",
             streams=(s,),
         )
     if num_streams is None:

@@ -118,11 +118,12 @@ def test_each_command_takes_a_dialect_by_name(
 @pytest.mark.parametrize(
     ("given", "problem"),
     [
-        ("no_such_engine", "unknown dialect 'no_such_engine': known dialects are 'msched', "),
+        ("no_such_engine", "unknown dialect 'no_such_engine'; give a dialect name (msched, "),
+        ("trtlm", "unknown dialect 'trtlm' (did you mean 'trtllm'?); give a dialect name "),
         ("no_such_module_xyz:DIALECT", "cannot import no_such_module_xyz (ModuleNotFoundError: "),
         ("{mod}:MISSING", "{mod} has no attribute 'MISSING'"),
         ("{mod}:Engine.MISSING", "{mod}.Engine has no attribute 'MISSING'"),
-        ("{mod}:NOT_A_DIALECT", "{mod}:NOT_A_DIALECT is a int, not a msched.Dialect"),
+        ("{mod}:NOT_A_DIALECT", "{mod}:NOT_A_DIALECT is an int, not a msched.Dialect"),
         ("{mod}:engine", "{mod}:engine is a function, not a msched.Dialect"),
         ("{mod}:", "expected package.module:attribute"),
     ],
@@ -208,3 +209,29 @@ def test_diff_takes_a_dialect_by_name_and_only_with_a_graph(
     )
     assert code == 2
     assert "--dialect reads the stream ops of a scheduled graph: give one saved with" in err
+
+
+def test_diff_prices_engine_graphs_with_the_cost_given(
+    engine_files: tuple[str, str], mod: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A .pt2 side is priced by --cost (a measured file here), as a stack is; after "vs" a
+    side takes the left's --cost unless it gives its own."""
+    import msched
+
+    busy, lazy = engine_files
+    settings = dict(device="cpu", device_name="cpu", torch_version="2.13.0", warmup=0, repeats=1)
+    slow_mm = msched.MeasuredCostModel({}, {"aten.mm.default": 1000.0}, **settings)  # type: ignore[arg-type]
+    slow_mm.save(tmp_path / "costs.json")
+    cost = ["--cost", str(tmp_path / "costs.json")]
+    dialect = ["--dialect", f"{mod}:DIALECT"]
+    code, by_table, err = run(["diff", busy, lazy, *dialect], capsys)
+    assert code == 1, err
+    code, by_file, err = run(["diff", busy, lazy, *dialect, *cost], capsys)
+    assert code == 1, err
+    summary = by_file.splitlines()[-1]
+    assert "makespan" in summary and summary != by_table.splitlines()[-1]
+    code, inherited, err = run(["diff", busy, *dialect, *cost, "vs", lazy], capsys)
+    assert code == 1 and inherited == by_file, err
+    (tmp_path / "a.txt").write_text("# msched text format 2\n")
+    code, _, err = run(["diff", str(tmp_path / "a.txt"), busy, *dialect, *cost], capsys)
+    assert code == 2 and "--cost prices a scheduled graph (.pt2) or a stack; " in err

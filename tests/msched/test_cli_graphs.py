@@ -207,3 +207,53 @@ def test_an_unreadable_pt2_file_is_one_line_without_torchs_traceback(tmp_path: P
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("msched schedule: error: --graph ")
     assert "cannot load it" in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_a_pt2_file_with_an_unregistered_op_says_which_and_how_to_register_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An engine's .pt2 uses its own ops; loaded without importing their module, torch says
+    only "check the warnings above", and msched holds that warning back."""
+    lib = torch.library.Library("msched_test_unloaded", "DEF")
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.impl("twice", lambda x: x * 2, "CompositeExplicitAutograd")
+
+    class Twice(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.ops.msched_test_unloaded.twice(x) + 1
+
+    torch.export.save(torch.export.export(Twice(), (torch.ones(2),)), tmp_path / "g.pt2")
+    lib._destroy()  # as in a process that did not import the engine
+    code, out, err = run(["svg", "--graph", str(tmp_path / "g.pt2"), "--as-is"], capsys)
+    assert code == 2 and out == ""
+    assert (
+        "cannot load it: it uses torch.ops.msched_test_unloaded.twice.default, which is not "
+        "registered in this process; import the module that registers it before the graph "
+        "loads: --dialect package.module:attribute imports its module first" in err
+    )
+
+
+def test_cost_takes_a_measured_cost_file_and_schedules_as_the_library_does(
+    graphs_module: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The workflow of docs/costs.md: costs measured once, saved, and scheduled with in CI."""
+    import importlib
+
+    from msched.pictures import render_text
+
+    graphs = importlib.import_module(graphs_module)
+    model, inputs = graphs.with_inputs()
+    with torch.no_grad():
+        measured = msched.measure_costs(torch.fx.symbolic_trace(model), inputs, repeats=2)
+    measured.save(tmp_path / "costs.json")
+    loaded = msched.MeasuredCostModel.load(tmp_path / "costs.json")
+    expected = render_text(msched.schedule(graphs.traced(), 2, loaded), loaded)
+    args = ["schedule", "--graph", f"{graphs_module}:traced", "--streams", "2", "--cost"]
+    code, out, err = run([*args, str(tmp_path / "costs.json")], capsys)
+    assert code == 0, err
+    assert out == expected
+    code, out, err = run([*args, str(tmp_path / "missing.json")], capsys)
+    assert code == 2 and out == ""
+    assert f"--cost {tmp_path / 'missing.json'}: cannot read the cost file" in err
+    code, out, err = run([*args, "measured"], capsys)
+    assert code == 2 and "expected table, roofline or a cost file saved by" in err

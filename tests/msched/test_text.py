@@ -7,7 +7,7 @@ import torch
 from torch.fx import symbolic_trace
 
 import msched
-from msched._text import agreeing, counted, listed
+from msched._text import agreeing, articled, counted, listed
 
 
 def test_counted() -> None:
@@ -57,3 +57,11 @@ def test_a_message_with_a_count_agrees(
 ) -> None:
     with pytest.raises(msched.InvalidArgumentError, match=says):
         msched.peak_memory(_traced(module, sized))
+
+
+@pytest.mark.parametrize(
+    ("noun", "written"),
+    [("int", "an int"), ("OpOverload", "an OpOverload"), ("function", "a function")],
+)
+def test_a_type_name_gets_its_article(noun: str, written: str) -> None:
+    assert articled(noun) == written

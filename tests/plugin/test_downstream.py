@@ -218,7 +218,7 @@ def test_schedule_graph_verifies(decoder_stack, schedule_graph, monkeypatch):
 SABOTAGE_MESSAGES = {
     "test_capture_after_output": [
         "E       AssertionError: capture_3 (stream 0) is emitted after output: in the recompiled "
-        "module it follows `return` and never runs",
+        "module it follows `return` and never runs: move it before output",
         "E         > s0 | output(mul_tensor_*)",
         "E         > s0 | capture_3 = msched.inplace_slice_copy.default(dest=dest, *)",
     ],

@@ -123,18 +123,19 @@ def test_peak_memory(scheduled):
 MESSAGES = {
     "test_captures_precede_output[1]": (
         "capture_3 (stream ?) is emitted after output: in the recompiled module it follows "
-        "`return` and never runs"
+        "`return` and never runs: move it before output"
     ),
     "test_captures_precede_output[2]": (
         "capture_1 (stream ?) and capture_3 (stream ?) are emitted after output: in the "
-        "recompiled module they follow `return` and never run"
+        "recompiled module they follow `return` and never run: move them before output"
     ),
     "test_survives_recompile[1]": (
-        "capture_3 (stream ?) comes after `return` in the recompiled code and never runs:"
+        "capture_3 (stream ?) comes after `return` in the recompiled code and never runs: "
+        "move it before output"
     ),
     "test_survives_recompile[2]": (
         "capture_1 (stream ?) and capture_3 (stream ?) come after `return` in the recompiled "
-        "code and never run:"
+        "code and never run: move them before output"
     ),
     "test_survives_recompile_writes_nothing[1]": (
         "mm_default writes no graph input that this helper can find *"

@@ -206,15 +206,25 @@ MISSING = "msched_plugin_missing_module"
             "tests.plugin.foreign.schedule_copy",
             "expected package.module:function",
         ),
-        ("ini", "msched_dialect", "no_such_dialect", "unknown dialect 'no_such_dialect': *"),
-        ("cli", "msched_dialect", "no_such_dialect", "unknown dialect 'no_such_dialect': *"),
+        (
+            "ini",
+            "msched_dialect",
+            "no_such_dialect",
+            "unknown dialect 'no_such_dialect'; give a dialect name (*",
+        ),
+        (
+            "cli",
+            "msched_dialect",
+            "msched_",
+            "unknown dialect 'msched_' (did you mean 'msched'?); give *",
+        ),
         (
             "cli",
             "msched_dialect",
             "tests.plugin.foreign:schedule_copy",
-            "tests.plugin.foreign:schedule_copy is a function, not a msched.Dialect",
+            "tests.plugin.foreign:schedule_copy is a function, not a msched.Dialect; give *",
         ),
-        ("ini", "msched_dialect", f"{MISSING}:DIALECT", f"cannot import {MISSING} (*)"),
+        ("ini", "msched_dialect", f"{MISSING}:DIALECT", f"cannot import {MISSING} (*); give *"),
     ],
 )
 def test_bad_configuration_is_a_usage_error_naming_option_and_value(

@@ -228,7 +228,8 @@ def test_a_version_1_file_loads_with_no_overhead_and_saves_as_the_current_versio
     [
         ({"format": "something-else"}, "not an msched cost file"),
         ({"version": VERSION + 1}, f"version {VERSION + 1} is newer than this msched reads"),
-        ({"version": "1"}, "bad version '1'"),
+        ({"version": "1"}, f"'version' must be an int from 1 to {VERSION}, got '1'"),
+        ({"version": None}, f"'version' must be an int from 1 to {VERSION}, got None"),
         ({"unit": "ms"}, "unit 'ms', expected 'us'"),
         ({"repeats": 0}, "'repeats' must be an int >= 1"),
         ({"device": None}, "'device' must be a string"),
@@ -292,3 +293,12 @@ def test_a_model_made_by_hand_checks_its_settings(kwargs: dict[str, object], mes
 def test_measure_costs_needs_a_graph_module() -> None:
     with pytest.raises(msched.InvalidArgumentError, match="needs a GraphModule, got Graph"):
         msched.measure_costs(_graph_module().graph, [torch.ones(2)])  # type: ignore[arg-type]
+
+
+def test_measure_costs_needs_its_inputs_in_a_sequence() -> None:
+    """A lone tensor would be iterated by its rows: as many arguments as it has rows."""
+    with pytest.raises(
+        msched.InvalidArgumentError,
+        match=r"inputs as a tuple or list \(one item per input\), got Tensor: write \(x,\)",
+    ):
+        msched.measure_costs(_graph_module(), torch.ones(2))  # type: ignore[arg-type]
