@@ -65,14 +65,20 @@ def op_key(op: object) -> str:
 
 def op_keys(node: Node) -> tuple[str, ...]:
     """The names of the op ``node`` runs, most specific first: ``("aten.mm.default",
-    "aten.mm")`` for an ``OpOverload``; one name for another function, a ``call_method``
-    (``torch.Tensor.<method>``) or a ``call_module`` (its module's class); none for graph
-    inputs and ``output``."""
+    "aten.mm")`` for an ``OpOverload``, and for a call of a packet with one overload (as
+    ``symbolic_trace`` records ``torch.ops.myeng.fused_moe(x)``); one name for another
+    function, a ``call_method`` (``torch.Tensor.<method>``) or a ``call_module`` (its
+    module's class); none for graph inputs and ``output``."""
     target = node.target
     if node.op == "call_function":
         if isinstance(target, OpOverload):
             return str(target), str(target.overloadpacket)
         if isinstance(target, OpOverloadPacket):
+            # A call of the packet runs the overload its arguments select: with one overload
+            # (every ``torch.library.custom_op``), that one, as a traced call of it would.
+            overloads = target.overloads()
+            if len(overloads) == 1:
+                return str(getattr(target, overloads[0])), str(target)
             return (str(target),)
         name = _callable_name(target)
         return () if name is None else (name,)

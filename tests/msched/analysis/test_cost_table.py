@@ -146,3 +146,32 @@ def test_op_key_spells_every_op_one_way() -> None:
     assert op_key("aten::mm.default") == op_key(aten.mm.default) == "aten.mm.default"
     assert op_key("myeng::fused_moe") == "myeng.fused_moe"
     assert op_key(operator.add) == "operator.add"
+
+
+@torch.library.custom_op("msched_cost_tests::fused_moe", mutates_args=())
+def fused_moe(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """An engine's custom op: traced by ``symbolic_trace`` as a call of its packet."""
+    return h @ w
+
+
+def test_a_call_of_a_packet_with_one_overload_is_priced_by_that_overload() -> None:
+    """``symbolic_trace`` records ``torch.ops.myeng.fused_moe(h, w)`` as a call of the
+    packet; the one overload it can run is ``.default``, so a key of the overload prices it
+    (it fell to the base model, silently).  A packet of several overloads keeps only its
+    packet's key: which overload runs depends on the arguments."""
+
+    class Moe(nn.Module):
+        def forward(self, h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            return torch.ops.msched_cost_tests.fused_moe(h, w) + 1
+
+    gm = torch.fx.symbolic_trace(Moe())
+    (moe,) = [n for n in gm.graph.nodes if n.target is torch.ops.msched_cost_tests.fused_moe]
+    assert op_keys(moe) == ("msched_cost_tests.fused_moe.default", "msched_cost_tests.fused_moe")
+    table = msched.TableCostModel({"msched_cost_tests::fused_moe.default": 85.0})
+    assert table.cost(moe) == 85.0
+    assert table.unmatched(gm) == []
+    g = Graph()
+    x = g.placeholder("x")
+    g.output(g.call_function(aten.add, (x, x)))
+    (add,) = [n for n in g.nodes if n.op == "call_function"]
+    assert op_keys(add) == ("aten.add",)
