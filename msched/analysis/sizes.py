@@ -131,7 +131,17 @@ def _is_fake(t: torch.Tensor) -> bool:
 
 
 def returns_nothing(node: Node) -> bool:
-    """Whether ``node`` calls an op whose schema returns nothing (its size is known: none)."""
+    """Whether ``node`` calls an op whose schema returns nothing, or the guard function
+    ``torch.export`` puts in an unlifted module (its size is known: none).
+
+    Why the guards: ``ExportedProgram.module()`` calls ``_guards_fn`` (it checks the inputs'
+    shapes and returns None) and gives that node no fake value, though every other node has
+    one; without this, every exported module would need ``example_inputs``, and a dynamic one
+    would lose its symbolic sizes to the propagation."""
+    if node.op == "call_module":
+        module = node.graph.owning_module
+        submodule = getattr(module, str(node.target), None) if module is not None else None
+        return type(submodule).__name__ == "GuardsFn" and not node.users
     if node.op != "call_function" or not isinstance(node.target, OpOverload):
         return False
     return not schema_of(node.target).returns

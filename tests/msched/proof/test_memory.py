@@ -284,3 +284,20 @@ def test_symbolic_sizes_at_the_hints_or_at_the_sizes_given() -> None:
 def test_peak_memory_is_exported() -> None:
     assert {"peak_memory", "MemoryReport"} <= set(msched.__all__)
     assert msched.peak_memory is peak_memory
+
+
+def test_an_exported_modules_guards_need_no_size() -> None:
+    # `ExportedProgram.module()` calls `_guards_fn` without a fake value: it returns None,
+    # and the module's symbolic batch stays symbolic (no example_inputs needed).
+    class AddRelu(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return (x + 1).relu()
+
+    x = torch.randn(256, 1024)  # 1 MiB
+    batch = torch.export.Dim("batch", max=4096)
+    gm = torch.export.export(AddRelu(), (x,), dynamic_shapes=({0: batch},)).module()
+    assert any(n.target == "_guards_fn" for n in gm.graph.nodes)
+    report = peak_memory(gm)
+    assert (report.allocated, report.baseline) == (2 * MIB, MIB)
+    (symbol,) = report.hinted
+    assert peak_memory(gm, sizes={symbol: 4096}).allocated == 32 * MIB
