@@ -8,6 +8,7 @@ memory_budget=...)`` keeps within its budget.  `memory_problem` says what is wro
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,14 +20,24 @@ from msched.errors import InvalidArgumentError
 from msched.proof.dialects import Dialect
 from msched.proof.memory import MIB, MemoryReport, peak_memory
 
-__all__ = ["check_limit", "memory_problem"]
+__all__ = ["MAX_RATIO", "check_limit", "memory_problem"]
+
+# The largest ratio ``at_most`` takes.  Why: bytes computed as a float (``0.9 * free``,
+# ``1.5 * 2**30``) would otherwise read as a ratio of billions and never fail.
+MAX_RATIO = 1000.0
 
 
 def check_limit(at_most: object) -> int | float:
-    """``at_most`` if it is bytes (an int >= 0) or a ratio (a finite float >= 1.0);
-    `msched.InvalidArgumentError` otherwise."""
+    """``at_most`` if it is bytes (an int >= 0) or a ratio (a float from 1.0 to
+    `MAX_RATIO`); `msched.InvalidArgumentError` otherwise."""
     if isinstance(at_most, int) and not isinstance(at_most, bool) and at_most >= 0:
         return at_most
+    if isinstance(at_most, float) and at_most > MAX_RATIO and math.isfinite(at_most):
+        raise InvalidArgumentError(
+            f"at_most={at_most!r} is a float, so a ratio of the original order's "
+            f"reserved_bound, and no ratio over {MAX_RATIO:g} limits anything: for bytes "
+            f"pass an int (at_most=int({at_most!r}))"
+        )
     if isinstance(at_most, float) and 1.0 <= at_most < float("inf"):
         return at_most
     raise InvalidArgumentError(
