@@ -69,6 +69,12 @@ def check_memory_budget(budget: object) -> float:
             f"reserved_bound) or None, got {budget!r} ({type(budget).__name__})"
         )
     value = float(budget)
+    if value == math.inf:
+        raise InvalidArgumentError(
+            "memory_budget must be finite: inf is no budget, pass memory_budget=None (the "
+            "default) for none, or a finite ratio >= 1.0 of the original order's "
+            "reserved_bound"
+        )
     if not math.isfinite(value) or value < 1.0:
         raise InvalidArgumentError(
             f"memory_budget must be >= 1.0 (a ratio of the original order's reserved_bound; "
