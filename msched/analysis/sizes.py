@@ -109,6 +109,13 @@ class _Recorder(Interpreter):
 
 
 def _propagated(module: GraphModule, example_inputs: Sequence[Any]) -> dict[Node, Any]:
+    placeholders = [n.name for n in module.graph.find_nodes(op="placeholder")]
+    if len(example_inputs) != len(placeholders):
+        raise InvalidArgumentError(
+            f"example_inputs has {counted(len(example_inputs), 'value')}, but the graph "
+            f"takes {counted(len(placeholders), 'input')} ({', '.join(placeholders)}): pass "
+            "one value per input, in order"
+        )
     mode = fake_tensor_mode(allow_non_fake_inputs=True)
     fake = [
         mode.from_tensor(t) if isinstance(t, torch.Tensor) and not _is_fake(t) else t

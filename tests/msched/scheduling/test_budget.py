@@ -181,3 +181,19 @@ def test_pin_sets_are_the_large_then_every_allocating_node() -> None:
     assert captures and not set(captures) & every  # in place: nothing allocated
     small = decoder_stack(**STACKS["dense"])
     assert len(budget_module.pin_sets(sized_values(small.gm, small.example_inputs()))) == 1
+
+
+def test_an_infinite_budget_says_to_pass_none() -> None:
+    # `inf` is >= 1.0: the refusal says what it means instead of "must be >= 1.0".
+    stack = decoder_stack(**STACKS["dense"])
+    with pytest.raises(msched.InvalidArgumentError, match="memory_budget=None"):
+        msched.schedule(stack.gm, 2, memory_budget=float("inf"))
+
+
+def test_example_inputs_of_the_wrong_count_name_the_graphs_inputs() -> None:
+    stack = decoder_stack(**STACKS["dense"])
+    x, _ = stack.example_inputs()
+    before = stack.gm.code
+    with pytest.raises(msched.InvalidArgumentError, match=r"has 1 value.*2 inputs \(x, dest\)"):
+        msched.schedule(stack.gm, 2, memory_budget=1.0, example_inputs=(x,))
+    assert stack.gm.code == before
