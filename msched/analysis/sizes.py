@@ -56,8 +56,11 @@ def node_values(
 ) -> dict[Node, Any]:
     """The value (a fake tensor, tensor metadata, a tuple of them, ...) of every node of
     ``needed``: from its metadata, a ``get_attr`` from the module, or, when some node of
-    ``needed`` has neither, every node propagated from ``example_inputs``."""
+    ``needed`` has neither or ``example_inputs`` differ from the placeholders' values
+    (`_inputs_differ`), every node propagated from ``example_inputs``."""
     module = gm if isinstance(gm, GraphModule) else gm.owning_module
+    if example_inputs is not None and module is not None and _inputs_differ(module, example_inputs):
+        return _propagated(module, example_inputs)
     missing = [n for n in needed if not has_value(n) and not _attribute_known(n, module)]
     if missing and example_inputs is None:
         shown = ", ".join(n.name for n in missing[:5]) + (", ..." if len(missing) > 5 else "")
@@ -75,6 +78,26 @@ def node_values(
             )
         return _propagated(module, example_inputs or ())
     return {n: _known_value(n, module) for n in needed}
+
+
+def _inputs_differ(module: GraphModule, example_inputs: Sequence[Any]) -> bool:
+    """Whether ``example_inputs`` are not the inputs the graph's values were made for: another
+    count, or a tensor of another shape (a symbolic one included) or dtype than its
+    placeholder's value.
+
+    Why: an engine budgets at its largest batch, and passes inputs of that size to a graph
+    traced at a small one; reading the traced sizes would answer for the small batch."""
+    placeholders = list(module.graph.find_nodes(op="placeholder"))
+    if len(placeholders) != len(example_inputs):
+        return True
+    for node, given in zip(placeholders, example_inputs, strict=True):
+        value = _meta_value(node)
+        if not isinstance(given, torch.Tensor) or getattr(value, "shape", None) is None:
+            continue
+        dims = [d if type(d) is int else None for d in value.shape]
+        if dims != list(given.shape) or getattr(value, "dtype", given.dtype) != given.dtype:
+            return True
+    return False
 
 
 def _attribute_known(node: Node, module: torch.nn.Module | None) -> bool:

@@ -301,3 +301,12 @@ def test_an_exported_modules_guards_need_no_size() -> None:
     assert (report.allocated, report.baseline) == (2 * MIB, MIB)
     (symbol,) = report.hinted
     assert peak_memory(gm, sizes={symbol: 4096}).allocated == 32 * MIB
+
+
+def test_example_inputs_of_another_size_than_the_traced_one_are_measured() -> None:
+    # An engine traces at a small batch and budgets at its largest: the inputs given win
+    # over the traced sizes when they differ (and the traced ones serve when they agree).
+    gm = make_fx(lambda x: (x + 1) * 2, tracing_mode="fake")(torch.randn(8, 1024))
+    assert peak_memory(gm).allocated == 64 * 1024
+    assert peak_memory(gm, example_inputs=(torch.randn(8, 1024),)).allocated == 64 * 1024
+    assert peak_memory(gm, example_inputs=(torch.randn(4096, 1024),)).allocated == 32 * MIB
