@@ -214,7 +214,14 @@ class SizeEvaluator:
                 values[symbol] = self._hint(symbol, name, size)
                 self.hinted.add(name)
             self.used[name] = int(values[symbol])
-        return int(expr.xreplace({s: _integer(v) for s, v in values.items()}))
+        try:
+            return int(expr.xreplace({s: _integer(v) for s, v in values.items()}))
+        except (ZeroDivisionError, TypeError, ValueError) as error:
+            shown = ", ".join(f"{s}={v}" for s, v in values.items())
+            raise InvalidArgumentError(
+                f"the size {expr} has no value at {shown} ({type(error).__name__}: {error}): "
+                "the graph cannot run at those sizes; pass other sizes="
+            ) from error
 
     @staticmethod
     def _hint(symbol: Any, name: str, size: Any) -> int:

@@ -310,3 +310,11 @@ def test_example_inputs_of_another_size_than_the_traced_one_are_measured() -> No
     assert peak_memory(gm).allocated == 64 * 1024
     assert peak_memory(gm, example_inputs=(torch.randn(8, 1024),)).allocated == 64 * 1024
     assert peak_memory(gm, example_inputs=(torch.randn(4096, 1024),)).allocated == 32 * MIB
+
+
+def test_sizes_where_the_graph_cannot_run_are_an_error_not_a_zero_division() -> None:
+    gm = make_fx(lambda x: x.view(-1, 2) * 2, tracing_mode="symbolic")(torch.randn(8, 1024))
+    hints = peak_memory(gm).sizes
+    batch = next(name for name, value in hints.items() if value == 8)
+    with pytest.raises(msched.InvalidArgumentError, match=f"no value at .*{batch}=0"):
+        peak_memory(gm, sizes={**hints, batch: 0})
