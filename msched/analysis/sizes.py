@@ -94,8 +94,12 @@ def _inputs_differ(module: GraphModule, example_inputs: Sequence[Any]) -> bool:
         value = _meta_value(node)
         if not isinstance(given, torch.Tensor) or getattr(value, "shape", None) is None:
             continue
+        # symbolic sizes on either side read as None: comparing one would add a guard
         dims = [d if type(d) is int else None for d in value.shape]
-        if dims != list(given.shape) or getattr(value, "dtype", given.dtype) != given.dtype:
+        if (
+            dims != [d if type(d) is int else None for d in given.shape]
+            or getattr(value, "dtype", given.dtype) != given.dtype
+        ):
             return True
     return False
 

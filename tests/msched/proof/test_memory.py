@@ -318,3 +318,22 @@ def test_sizes_where_the_graph_cannot_run_are_an_error_not_a_zero_division() -> 
     batch = next(name for name, value in hints.items() if value == 8)
     with pytest.raises(msched.InvalidArgumentError, match=f"no value at .*{batch}=0"):
         peak_memory(gm, sizes={**hints, batch: 0})
+
+
+def test_symbolic_example_inputs_are_not_specialized_by_the_comparison() -> None:
+    # Comparing a traced size with the caller's symbolic one would add the guard s == 8 to
+    # the caller's shape environment, making their batch static.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import (
+        DimDynamic,
+        ShapeEnv,
+        StatelessSymbolicContext,
+    )
+
+    gm = make_fx(lambda x: (x + 1) * 2, tracing_mode="fake")(torch.randn(8, 1024))
+    env = ShapeEnv()
+    dynamic = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC, DimDynamic.STATIC])
+    x = FakeTensorMode(shape_env=env).from_tensor(torch.randn(8, 1024), symbolic_context=dynamic)
+    assert peak_memory(gm, example_inputs=(x,)).allocated == 64 * 1024
+    assert not env.guards
+    assert type(x.shape[0]) is not int
