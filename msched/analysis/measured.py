@@ -34,6 +34,7 @@ from torch.fx import GraphModule, Interpreter, Node
 from msched.analysis.cost import CostModel, RooflineCostModel, _is_free, _setting
 from msched.analysis.cost_table import TableCostModel, op_keys
 from msched.analysis.nodes import INPUT_OPS
+from msched.analysis.sizes import is_export_guard
 from msched.errors import InvalidArgumentError
 
 #: The ``format`` of a cost file, and the newest ``version`` this msched reads and writes.
@@ -278,7 +279,9 @@ def _device_of(gm: GraphModule, inputs: Sequence[Any]) -> torch.device:
 
 def _launches_work(node: Node) -> bool:
     """Whether ``node`` is timed (`measure_costs`, step 3) and pays ``overhead_us``."""
-    return not (node.op in INPUT_OPS or node.op == "output" or _is_free(node))
+    return not (
+        node.op in INPUT_OPS or node.op == "output" or _is_free(node) or is_export_guard(node)
+    )
 
 
 def _measure(

@@ -164,6 +164,16 @@ def _is_fake(t: torch.Tensor) -> bool:
     return type(t).__name__ == "FakeTensor"
 
 
+def is_export_guard(node: Node) -> bool:
+    """Whether ``node`` calls the ``_guards_fn`` of a module ``torch.export`` unlifted: it
+    checks the inputs' shapes, returns None and launches no work on a device."""
+    if node.op != "call_module" or node.users:
+        return False
+    module = node.graph.owning_module
+    submodule = getattr(module, str(node.target), None) if module is not None else None
+    return type(submodule).__name__ == "GuardsFn"
+
+
 def returns_nothing(node: Node) -> bool:
     """Whether ``node`` calls an op whose schema returns nothing, or the guard function
     ``torch.export`` puts in an unlifted module (its size is known: none).
@@ -173,9 +183,7 @@ def returns_nothing(node: Node) -> bool:
     one; without this, every exported module would need ``example_inputs``, and a dynamic one
     would lose its symbolic sizes to the propagation."""
     if node.op == "call_module":
-        module = node.graph.owning_module
-        submodule = getattr(module, str(node.target), None) if module is not None else None
-        return type(submodule).__name__ == "GuardsFn" and not node.users
+        return is_export_guard(node)
     if node.op != "call_function" or not isinstance(node.target, OpOverload):
         return False
     return not schema_of(node.target).returns

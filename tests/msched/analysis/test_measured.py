@@ -302,3 +302,19 @@ def test_measure_costs_needs_its_inputs_in_a_sequence() -> None:
         match=r"inputs as a tuple or list \(one item per input\), got Tensor: write \(x,\)",
     ):
         msched.measure_costs(_graph_module(), torch.ones(2))  # type: ignore[arg-type]
+
+
+def test_an_exported_modules_guard_is_not_timed() -> None:
+    """``torch.export``'s unlifted module calls ``_guards_fn`` (a shape check on the host,
+    no device work): it got a measured cost, and the forward's overhead, like a kernel."""
+
+    class Scale(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2 + 1
+
+    gm = torch.export.export(Scale(), (torch.ones(4),)).module()
+    assert "_guards_fn" in [n.name for n in gm.graph.nodes if n.op == "call_module"]
+    model = msched.measure_costs(gm, [torch.ones(4)], warmup=0, repeats=1)
+    costs = {n.name: model.cost(n) for n in gm.graph.nodes}
+    assert costs["_guards_fn"] == costs["x"] == costs["output"] == 0.0
+    assert costs["mul"] > 0 and costs["add"] > 0
