@@ -6,7 +6,12 @@ Graphs: the sharded decoder stacks of `msched.models.decoders.decoder_stack` on 
 group), every layer captured: ``tp``, tensor parallel (an all-reduce after the attention
 output projection and after the MLP's down projection); ``tp-2mb``, the same with two
 micro-batches (two-batch overlap: one micro-batch's all-reduce under the other's compute);
-``ep-moe``, an expert-parallel MoE (all-to-all dispatch and combine, a shared expert).
+``ep-moe``, an expert-parallel MoE (all-to-all dispatch and combine, a shared expert);
+and ``llama-tp`` (`sharded_llama`), a tiny random ``transformers`` Llama of 2 layers sharded
+tensor parallel by hand on rank 0 of a fake 2-rank process group, the aten-level graph that
+``torch.compile`` with ``aot_autograd`` gives of its forward under ``torch.no_grad()``
+(functional ``all_reduce.default`` and ``wait_tensor.default``; ``--layers`` does not apply;
+skipped, with a note under the table, without ``transformers``).
 Costs are `msched.DefaultCostModel`'s (a collective's communication ``--comm``, 30 by
 default; a matmul 10).
 
@@ -66,12 +71,15 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
 import torch
+import torch.distributed as dist
+from torch import nn
 from torch._ops import OpOverloadPacket
-from torch.fx import GraphModule, Node
+from torch.fx import Graph, GraphModule, Node
 
 import msched
 from msched.analysis.dag import DATA, RAW, WAR, WAW
@@ -83,8 +91,8 @@ AFTER = "_msched_after"
 WORLD = 2
 
 
-def graphs(layers: int) -> dict[str, Callable[[], DecoderStack]]:
-    def stack(**kwargs: Any) -> Callable[[], DecoderStack]:
+def graphs(layers: int) -> dict[str, Callable[[], Stack]]:
+    def stack(**kwargs: Any) -> Callable[[], Stack]:
         return lambda: decoder_stack(layers, tuple(range(layers)), rank=0, **kwargs)
 
     return {
@@ -94,8 +102,134 @@ def graphs(layers: int) -> dict[str, Callable[[], DecoderStack]]:
     }
 
 
+#: The sharded Llama's row name; a tiny random config (no weights), two decoder layers.
+LLAMA = "llama-tp"
+LLAMA_CONFIG = dict(
+    vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+)  # fmt: skip
+LLAMA_TOKENS = 6
+ALL_REDUCE = torch.ops._c10d_functional.all_reduce.default
+
+
+@dataclass
+class Captured:
+    """A graph and its example inputs: what `row` and `pytorch_row` take of a stack."""
+
+    gm: GraphModule
+    inputs: list[torch.Tensor]
+
+    def example_inputs(self) -> list[torch.Tensor]:
+        return [t.clone() for t in self.inputs]
+
+
+#: What a row is built from: one of msched's stacks or a captured graph.
+Stack = DecoderStack | Captured
+
+
+class _Column(nn.Module):
+    """Rank 0's block of ``linear``'s output features (rows of its weight)."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(linear.weight.detach().chunk(WORLD, 0)[0].clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(x, self.weight)
+
+
+class _Row(nn.Module):
+    """Rank 0's block of ``linear``'s input features, its partial sum all-reduced."""
+
+    def __init__(self, linear: nn.Linear, group: str) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(linear.weight.detach().chunk(WORLD, 1)[0].clone())
+        self.group = group
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        partial = nn.functional.linear(x, self.weight)
+        reduced = torch.ops._c10d_functional.all_reduce(partial, "sum", self.group)
+        return torch.ops._c10d_functional.wait_tensor(reduced)
+
+
+def sharded_llama() -> tuple[Captured, int] | str:
+    """The largest AOT (aten-level) graph Dynamo captures of a tiny random ``transformers``
+    Llama's forward, sharded tensor parallel by hand on rank 0 of 2 (``q/k/v/gate/up`` by
+    output features, ``o/down`` by input features with a functional all-reduce), and how
+    many graphs Dynamo made; or why not (no ``transformers``).  Needs a default process
+    group (`fake_group`)."""
+    try:
+        import transformers
+    except ImportError:
+        return f"{LLAMA}: skipped, transformers is not installed (pip install transformers)"
+    from torch._dynamo.backends.common import aot_autograd
+
+    torch.manual_seed(0)
+    lm = transformers.LlamaForCausalLM(transformers.LlamaConfig(**LLAMA_CONFIG)).eval()
+    group = torch.distributed.distributed_c10d._get_default_group().group_name
+    for layer in lm.model.layers:
+        for path in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"):
+            _replace(layer, path, _Column(layer.get_submodule(path)))
+        for path in ("mlp.gate_proj", "mlp.up_proj"):
+            _replace(layer, path, _Column(layer.get_submodule(path)))
+        for path in ("self_attn.o_proj", "mlp.down_proj"):
+            _replace(layer, path, _Row(layer.get_submodule(path), group))
+    captured: list[Captured] = []
+
+    def keep(gm: GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        inputs = [_real(node) for node in gm.graph.find_nodes(op="placeholder")]
+        captured.append(Captured(gm, inputs))
+        return gm.forward
+
+    ids = torch.randint(0, LLAMA_CONFIG["vocab_size"], (1, LLAMA_TOKENS),
+                        generator=torch.Generator().manual_seed(1))  # fmt: skip
+    torch._dynamo.reset()
+    compiled = torch.compile(lm, backend=aot_autograd(fw_compiler=keep), fullgraph=False)
+    with torch.no_grad():
+        compiled(input_ids=ids, use_cache=False)
+    largest = max(captured, key=lambda c: len(c.gm.graph.nodes))
+    return largest, len(captured)
+
+
+def _replace(root: nn.Module, path: str, module: nn.Module) -> None:
+    parent, _, name = path.rpartition(".")
+    setattr(root.get_submodule(parent), name, module)
+
+
+def _real(node: Node) -> torch.Tensor:
+    """A real tensor like a placeholder's fake value (seeded; zeros for integers)."""
+    val = node.meta["val"]
+    if val.dtype.is_floating_point:
+        gen = torch.Generator().manual_seed(len(node.name))
+        return torch.randn(val.shape, dtype=val.dtype, generator=gen)
+    return torch.zeros(val.shape, dtype=val.dtype)
+
+
+@contextmanager
+def fake_group() -> Iterator[None]:
+    """A default process group of 2 ranks whose collectives do nothing (this is rank 0)."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=WORLD)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def copies(captured: Captured) -> Callable[[], Stack]:
+    """A fresh copy of ``captured``'s graph per call (`row` schedules it in place)."""
+
+    def build() -> Captured:
+        graph = Graph()
+        graph.output(graph.graph_copy(captured.gm.graph, {}))
+        return Captured(GraphModule(captured.gm, graph), captured.inputs)
+
+    return build
+
+
 def optimum(
-    build: Callable[[], DecoderStack], streams: int, model: msched.CostModel, limit: float
+    build: Callable[[], Stack], streams: int, model: msched.CostModel, limit: float
 ) -> tuple[float, bool] | None:
     """The solver's makespan and whether it is proven; None without OR-Tools."""
     try:
@@ -106,7 +240,7 @@ def optimum(
 
 
 def row(
-    build: Callable[[], DecoderStack], streams: int, model: msched.CostModel
+    build: Callable[[], Stack], streams: int, model: msched.CostModel
 ) -> tuple[list[float], msched.MemoryReport]:
     """msched's makespan, serial, ratio, bound, makespan over bound; its memory."""
     stack = build()
@@ -170,7 +304,7 @@ def no_gpu_probes() -> Iterator[None]:
         yield
 
 
-def pytorch_order(stack: DecoderStack, model: msched.CostModel) -> GraphModule:
+def pytorch_order(stack: Stack, model: msched.CostModel) -> GraphModule:
     """``stack``'s graph in the order of PyTorch's ``schedule_overlap_bucketing`` given
     ``model``'s costs (the adaptations: the module docstring)."""
     from torch._inductor.fx_passes.overlap_scheduling import schedule_overlap_bucketing
@@ -200,7 +334,7 @@ def pytorch_order(stack: DecoderStack, model: msched.CostModel) -> GraphModule:
 
 
 def pytorch_row(
-    build: Callable[[], DecoderStack], model: msched.CostModel
+    build: Callable[[], Stack], model: msched.CostModel
 ) -> tuple[float, msched.MemoryReport, str] | str:
     """PyTorch's order's makespan and memory, and `msched.verify`'s verdict on it ("" when
     it verifies); or why the pass cannot run here (a torch without it or with other
@@ -228,7 +362,34 @@ def main() -> None:
     print(f"communication {args.comm:g} per collective, matmul 10 (msched.DefaultCostModel)")
     print(fmt(HEADER))
     notes: dict[str, None] = {}  # in order, once each
-    for name, build in graphs(args.layers).items():
+    with ExitStack() as scope:
+        builds = graphs(args.layers)
+        scope.enter_context(fake_group())
+        llama = sharded_llama()
+        if isinstance(llama, str):
+            notes[llama] = None
+        else:
+            builds[LLAMA] = copies(llama[0])
+            graph, made = llama
+            reduces = len(graph.gm.graph.find_nodes(op="call_function", target=ALL_REDUCE))
+            notes[
+                f"{LLAMA}: the largest of the {made} graph(s) Dynamo made of the sharded Llama's"
+                f" forward, {reduces} all-reduces (AOT, aten-level)"
+            ] = None
+        table(builds, counts, model, args.time_limit, notes)
+    for note in notes:
+        print(note)
+
+
+def table(
+    builds: dict[str, Callable[[], Stack]],
+    counts: list[int],
+    model: msched.CostModel,
+    limit: float,
+    notes: dict[str, None],
+) -> None:
+    """Print a row per graph and stream count; a note per graph PyTorch's pass fails."""
+    for name, build in builds.items():
         theirs = pytorch_row(build, model)
         if isinstance(theirs, str):
             notes[theirs] = None
@@ -240,12 +401,10 @@ def main() -> None:
                 name,
                 str(k),
                 *(f"{v:.3f}" if i in (2, 4) else f"{v:g}" for i, v in enumerate(values)),
-                *optimum_cells(optimum(build, k, model, args.time_limit), values[0]),
+                *optimum_cells(optimum(build, k, model, limit), values[0]),
                 *pytorch_cells(theirs, values[0], memory),
             ]
             print(fmt(cells))
-    for note in notes:
-        print(note)
 
 
 HEADER = ["graph", "streams", "makespan", "serial", "ratio", "bound", "makespan/lb"]
