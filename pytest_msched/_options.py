@@ -21,12 +21,11 @@ resolved, so that a pytest-xdist controller, which runs no test, need not import
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
@@ -266,33 +265,16 @@ def _ini(config: pytest.Config, name: str, parse: Callable[[str], T]) -> T | Non
         raise pytest.UsageError(f"ini option {name}: {error}; got {text!r}") from None
 
 
-def import_path(text: str, what: str = "function") -> Any:
-    """The object ``package.module:attribute`` names (the attribute may be dotted).
-
-    Raises `ValueError` saying what went wrong: not of that form, a module that does not
-    import (with the error it raised), a missing attribute.
-    """
-    module_name, colon, attribute = text.strip().partition(":")
-    parts = attribute.split(".")
-    if not colon or not all(p.isidentifier() for p in module_name.split(".") + parts):
-        raise ValueError(f"expected package.module:{what}")
-    try:
-        target: Any = importlib.import_module(module_name)
-    except Exception as error:
-        raise ValueError(f"cannot import {module_name} ({type(error).__name__}: {error})") from None
-    for k, part in enumerate(parts):
-        if not hasattr(target, part):
-            owner = ".".join([module_name, *parts[:k]])
-            raise ValueError(f"{owner} has no attribute {part!r}")
-        target = getattr(target, part)
-    return target
-
-
 def parse_scheduler(text: str) -> Scheduler:
     """The callable ``package.module:function`` names; `ValueError` when there is none."""
     from msched._text import articled
+    from msched.errors import InvalidArgumentError
+    from msched.proof.dialect_names import import_attribute
 
-    scheduler = import_path(text)
+    try:
+        scheduler = import_attribute(text, "function")
+    except InvalidArgumentError as error:
+        raise ValueError(str(error)) from None
     if not callable(scheduler):
         raise ValueError(
             f"{text.strip()} is {articled(type(scheduler).__name__)}, not a callable "
